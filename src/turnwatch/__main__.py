@@ -1,0 +1,5 @@
+"""``python -m turnwatch``."""
+
+from turnwatch.cli.app import main
+
+main()

@@ -1,0 +1,155 @@
+"""Every public name turnwatch uses, defined once.
+
+Event kinds, metric names, span names and attribute keys are a contract: users script against
+them, dashboards and alerts query them (``design.md`` §3-§5). ``tests/test_names.py`` checks
+this module against ``docs/names.md`` and against ``dashboards/``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- Event kinds (design §3). The stop path, in order. ---
+STOP_CLICKED: Final = "stop.clicked"
+ABORT_RPC_RECEIVED: Final = "abort.rpc.received"
+ABORT_WALK_STARTED: Final = "abort.walk.started"
+TOOLS_ABORT_SENT: Final = "tools.abort.sent"
+TOOL_RESULT_DISCARDED: Final = "tool.result.discarded"
+TOOL_GRACE_EXPIRED: Final = "tool.grace.expired"
+TOOL_FINISHED: Final = "tool.finished"
+TURN_SETTLED: Final = "turn.settled"
+ABORT_RPC_RETURNED: Final = "abort.rpc.returned"
+PROCESSING_CLEARED: Final = "processing.cleared"
+# ... and the rest.
+RUNTIME_STARTED: Final = "runtime.started"
+TURN_STARTED: Final = "turn.started"
+TOOL_REQUESTED: Final = "tool.requested"
+PERMISSION_REQUESTED: Final = "permission.requested"
+PERMISSION_GRANTED: Final = "permission.granted"
+PERMISSION_DENIED: Final = "permission.denied"
+PERMISSION_CANCELLED: Final = "permission.cancelled"
+PERMISSION_LATE: Final = "permission.late"
+TOOL_STARTED: Final = "tool.started"
+TOOL_PROGRESS: Final = "tool.progress"
+TOOL_REFUSED: Final = "tool.refused"
+WATCHDOG_FINDING: Final = "watchdog.finding"
+WATCHDOG_RECOVERED: Final = "watchdog.recovered"
+PROCESS_REAPED: Final = "process.reaped"
+
+STOP_PATH_KINDS: Final = (
+    STOP_CLICKED,
+    ABORT_RPC_RECEIVED,
+    ABORT_WALK_STARTED,
+    TOOLS_ABORT_SENT,
+    TOOL_RESULT_DISCARDED,
+    TOOL_GRACE_EXPIRED,
+    TOOL_FINISHED,
+    TURN_SETTLED,
+    ABORT_RPC_RETURNED,
+    PROCESSING_CLEARED,
+)
+OTHER_KINDS: Final = (
+    RUNTIME_STARTED,
+    TURN_STARTED,
+    TOOL_REQUESTED,
+    PERMISSION_REQUESTED,
+    PERMISSION_GRANTED,
+    PERMISSION_DENIED,
+    PERMISSION_CANCELLED,
+    PERMISSION_LATE,
+    TOOL_STARTED,
+    TOOL_PROGRESS,
+    TOOL_REFUSED,
+    WATCHDOG_FINDING,
+    WATCHDOG_RECOVERED,
+    PROCESS_REAPED,
+)
+#: The closed set of event kinds: anything else is a bad line.
+EVENT_KINDS: Final = frozenset(STOP_PATH_KINDS + OTHER_KINDS)
+
+# --- Error codes ---
+TOOL_ABORTED: Final = "TOOL_ABORTED"
+
+# --- Metrics (design §4; base units, ``turnwatch_`` prefix) ---
+M_STOP_TO_SETTLE: Final = "turnwatch_stop_to_settle_seconds"
+M_STOP_TO_IDLE: Final = "turnwatch_stop_to_idle_seconds"
+M_TOOL_ABORT: Final = "turnwatch_tool_abort_seconds"
+M_STOPS: Final = "turnwatch_stops"  # prometheus_client appends _total
+M_RESULTS_DISCARDED: Final = "turnwatch_tool_results_discarded"
+M_GRACE_EXPIRED: Final = "turnwatch_grace_expired"
+M_PERMISSIONS_CANCELLED: Final = "turnwatch_permissions_cancelled"
+M_INFLIGHT: Final = "turnwatch_inflight_tool_calls"
+M_PINNED: Final = "turnwatch_pinned_sessions"
+M_ABORTED_LIVE: Final = "turnwatch_aborted_turns_with_live_processes"
+M_FINDINGS: Final = "turnwatch_watchdog_findings"
+M_RECOVERIES: Final = "turnwatch_watchdog_recoveries"
+M_SCAN: Final = "turnwatch_watchdog_scan_seconds"
+M_EVENTS_LOST: Final = "turnwatch_ledger_events_lost"
+M_WATCHDOG_REFUSALS: Final = "turnwatch_watchdog_refusals"
+
+#: Exposed sample family names (counters with ``_total``), as dashboards query them.
+METRIC_FAMILIES: Final = (
+    M_STOP_TO_SETTLE,
+    M_STOP_TO_IDLE,
+    M_TOOL_ABORT,
+    M_STOPS + "_total",
+    M_RESULTS_DISCARDED + "_total",
+    M_GRACE_EXPIRED + "_total",
+    M_PERMISSIONS_CANCELLED + "_total",
+    M_INFLIGHT,
+    M_PINNED,
+    M_ABORTED_LIVE,
+    M_FINDINGS + "_total",
+    M_RECOVERIES + "_total",
+    M_SCAN,
+)
+
+# --- Spans (design §5) ---
+SPAN_STOP: Final = "stop"
+SPAN_AGENT_ABORT: Final = "agent.abort"
+SPAN_ABORT_WALK: Final = "abort.walk"
+SPAN_TOOLS_ABORT: Final = "tools.abort"
+SPAN_TURN_SETTLE: Final = "turn.settle"
+SPAN_EXECUTE_TOOL_PREFIX: Final = "execute_tool"
+
+# --- Span and event attributes ---
+A_SESSION: Final = "turnwatch.session"
+A_TURN: Final = "turnwatch.turn"
+A_MODE: Final = "turnwatch.mode"
+A_SOURCE: Final = "turnwatch.stop.source"
+A_TOOL_CLASS: Final = "turnwatch.tool.class"
+A_POLICY: Final = "turnwatch.tool.policy"
+A_OUTCOME: Final = "turnwatch.outcome"
+A_ERROR_TYPE: Final = "error.type"
+# GenAI semantic conventions (opentelemetry-semantic-conventions, gen_ai_attributes).
+A_GENAI_OPERATION: Final = "gen_ai.operation.name"
+A_GENAI_TOOL_NAME: Final = "gen_ai.tool.name"
+A_GENAI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+A_GENAI_TOOL_TYPE: Final = "gen_ai.tool.type"
+A_GENAI_CONVERSATION: Final = "gen_ai.conversation.id"
+GENAI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+
+# --- Watchdog finding kinds (design §6 and the watchdog issue) ---
+F_ABORTED_WITH_LIVE_PROCESS: Final = "aborted_with_live_process"
+F_PINNED_SESSION: Final = "pinned_session"
+F_ABORT_RPC_STUCK: Final = "abort_rpc_stuck"
+F_ORPHAN_TOOL_PROCESS: Final = "orphan_tool_process"
+F_AWAIT_OVERDUE: Final = "await_overdue"
+F_ACTIVITY_AFTER_SETTLE: Final = "activity_after_settle"
+F_PERMISSION_AFTER_STOP: Final = "permission_after_stop"
+FINDING_KINDS: Final = (
+    F_ABORTED_WITH_LIVE_PROCESS,
+    F_PINNED_SESSION,
+    F_ABORT_RPC_STUCK,
+    F_ORPHAN_TOOL_PROCESS,
+    F_AWAIT_OVERDUE,
+    F_ACTIVITY_AFTER_SETTLE,
+    F_PERMISSION_AFTER_STOP,
+)
+
+# --- Session states (design §7) ---
+STATE_IDLE: Final = "idle"
+STATE_PROCESSING: Final = "processing"
+STATE_STOPPING: Final = "stopping"
+STATE_PINNED: Final = "pinned"
+SESSION_STATES: Final = (STATE_IDLE, STATE_PROCESSING, STATE_STOPPING, STATE_PINNED)

@@ -1,0 +1,263 @@
+"""One tool call's state, and the stop handlers its policy selects.
+
+A call is resolved exactly once (:meth:`Call.finish`); everything after that — a late host result,
+late progress — is dropped or, where it means a side effect outlived the runtime's wait, recorded
+as such. The handlers here are the ones both the abort signal and ``abort()``'s walk run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from turnwatch import names
+from turnwatch.runtime.gate import Prompt
+from turnwatch.runtime.model import Outcome, Phase, Policy, ToolClass, ToolResult
+from turnwatch.runtime.protocol import (
+    AbortRequest,
+    HostMessage,
+    HostResult,
+    HostStatus,
+    Progress,
+    Started,
+)
+
+if TYPE_CHECKING:
+    from turnwatch.runtime.runtime import Runtime
+    from turnwatch.runtime.session import Turn
+
+#: How much collected output a call keeps (the tail), so a chatty process cannot eat memory.
+OUTPUT_CAP = 256 * 1024
+#: How much of one progress chunk goes into its event.
+PROGRESS_TEXT_CAP = 256
+
+
+class Call:
+    """A tool call inside a turn. Fields are owned by the runtime's event loop."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        turn: Turn,
+        call_id: str,
+        tool: str,
+        tool_class: ToolClass,
+        args: Mapping[str, Any],
+    ) -> None:
+        self.runtime = runtime
+        self.turn = turn
+        self.session = turn.session.id
+        self.call_id = call_id
+        self.tool = tool
+        self.tool_class = tool_class
+        self.args = args
+        # Where the call is; moves forward only.
+        self.phase = Phase.QUEUED
+        loop = asyncio.get_running_loop()
+        # What the agent loop awaits: set once, by finish().
+        self.result: asyncio.Future[ToolResult] = loop.create_future()
+        # Set (to the stop source) when a stop reaches the call: before it starts, a set stop
+        # means it never starts; after, the policy handler owns the call's end.
+        self.stop: asyncio.Future[object] = loop.create_future()
+        # The open permission prompt, while the call waits for one.
+        self.prompt: Prompt | None = None
+        # The host's execution, once the call started.
+        self.exec_task: asyncio.Task[HostResult] | None = None
+        # True once the runtime stopped waiting: later progress and results are not shown.
+        self.abandoned = False
+        # Output seen so far (tail, capped): what a grace call returns if the host cannot answer.
+        self.output: list[str] = []
+        self._output_len = 0
+        # The recorded process of a process tool (pid, create_time), from the host's Started.
+        self.pid: int | None = None
+        self.create_time: float | None = None
+        # Holds the admission slot until finish() gives it back.
+        self.holds_slot = False
+        # True once tools.abort went to the host: the policy handler ran and owns the call's end.
+        self.abort_sent = False
+        # The handler task of an awaited stop (grace/await); the stop waits for it.
+        self.handler: asyncio.Task[None] | None = None
+
+    @property
+    def never(self) -> asyncio.Future[object]:
+        """A stop that never comes: what a call watches in a mode that ignores pre-start stops."""
+        return asyncio.get_running_loop().create_future()
+
+    @property
+    def policy(self) -> Policy:
+        """The policy this call's class fixes (design §1)."""
+        from turnwatch.runtime.model import POLICY_OF
+
+        return POLICY_OF[self.tool_class]
+
+    def emit(self, kind: str, **attrs: Any) -> None:
+        """Emit an event about this call."""
+        self.runtime.emit(
+            kind, self.session, turn=self.turn.id, call=self.call_id, tool=self.tool, attrs=attrs
+        )
+
+    # --- host messages ---
+
+    def on_message(self, message: HostMessage) -> None:
+        """A ``Started`` or ``Progress`` from the host."""
+        if isinstance(message, Started):
+            self.pid, self.create_time = message.pid, message.create_time
+            attrs: dict[str, Any] = {"class": self.tool_class.value}
+            if message.pid is not None:
+                attrs.update(pid=message.pid, create_time=message.create_time)
+            self.emit(names.TOOL_STARTED, **attrs)
+            return
+        if self.abandoned or self.phase.terminal:
+            return  # progress of an abandoned call stops at the stop (design §1)
+        self._collect(message)
+
+    def _collect(self, message: Progress) -> None:
+        if message.text:
+            self.output.append(message.text)
+            self._output_len += len(message.text)
+            while self._output_len > OUTPUT_CAP and len(self.output) > 1:
+                self._output_len -= len(self.output.pop(0))
+        attrs: dict[str, Any] = {}
+        if message.text:
+            attrs["text"] = message.text[:PROGRESS_TEXT_CAP]
+        if message.progress is not None:
+            attrs["progress"] = message.progress
+        if message.total is not None:
+            attrs["total"] = message.total
+        self.emit(names.TOOL_PROGRESS, **attrs)
+
+    # --- resolution ---
+
+    def finish(
+        self,
+        outcome: Outcome,
+        *,
+        output: str | None = None,
+        error_code: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        phase: Phase | None = None,
+        **attrs: Any,
+    ) -> bool:
+        """Resolve the call once; False if it was already resolved."""
+        if self.result.done():
+            return False
+        self.phase = phase or _PHASE_OF[outcome]
+        if self.holds_slot:
+            self.holds_slot = False
+            self.turn.session.admission.release()
+        text = "".join(self.output) if output is None else output
+        self.result.set_result(ToolResult(self.call_id, self.tool, outcome, text, error_code, data))
+        if outcome is Outcome.DISCARDED:
+            self.emit(names.TOOL_RESULT_DISCARDED, outcome=outcome.value, **attrs)
+        elif outcome not in (Outcome.REFUSED,):
+            self.emit(names.TOOL_FINISHED, outcome=outcome.value, **attrs)
+        self.turn.call_done(self)
+        return True
+
+    def finish_from_host(self, res: HostResult) -> None:
+        """Resolve from the host's answer (the call was not raced away)."""
+        stopped = self.stop.done()
+        if self.result.done():
+            if not self.abandoned or self.tool_class is ToolClass.READ_ONLY:
+                return  # a raced read-only result: discarded, as the ADR says
+            # A side effect outlived the runtime's wait (rejected modes only): say so.
+            self.emit(
+                names.TOOL_FINISHED,
+                outcome=_outcome_of(res, stopped).value,
+                status=res.status.value,
+                after_abandon=True,
+            )
+            return
+        outcome = _outcome_of(res, stopped)
+        code = names.TOOL_ABORTED if outcome is Outcome.ABORTED else None
+        output = res.output if res.output or not self.output else None
+        extra: dict[str, Any] = {"status": res.status.value}
+        if res.error:
+            extra["error"] = res.error
+        self.finish(outcome, output=output, error_code=code, data=res.data, **extra)
+
+    # --- the stop handlers (policy) ---
+
+    def close_before_start(self) -> None:
+        """A stop before the call started: it never starts, and its prompt can never be approved."""
+        if self.prompt is not None and self.prompt.close():
+            self.emit(names.PERMISSION_CANCELLED)
+        self.finish(Outcome.ABORTED, error_code=names.TOOL_ABORTED, before_start=True)
+
+    def send_abort(self, source: str) -> None:
+        """Send the typed ``tools.abort`` for this call to the host."""
+        self.abort_sent = True
+        self.emit(
+            names.TOOLS_ABORT_SENT,
+            policy=self.policy.value,
+            **{"class": self.tool_class.value},
+            source=source,
+        )
+        self.runtime.host.abort(
+            AbortRequest(
+                self.session,
+                self.turn.id,
+                self.call_id,
+                self.tool,
+                source,
+                self.runtime.grace_s,
+                self.turn.traceparent,
+            )
+        )
+
+    def race(self) -> None:
+        """``race``: the wait ends now; the host discards the result."""
+        self.abandoned = True
+        self.finish(
+            Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, policy=Policy.RACE.value
+        )
+
+    async def grace(self, window: float) -> None:
+        """``grace``: wait at most ``window`` for the host's collected output, then give up."""
+        assert self.exec_task is not None
+        done, _ = await asyncio.wait((self.exec_task,), timeout=window)
+        if done:
+            if self.exec_task.cancelled() or self.exec_task.exception() is not None:
+                self.finish(Outcome.FAILED, error=repr(self.exec_task.exception()))
+            else:
+                self.finish_from_host(self.exec_task.result())
+            return
+        self.abandoned = True
+        self.emit(names.TOOL_GRACE_EXPIRED, grace_s=window)
+        self.finish(
+            Outcome.ABORTED,
+            error_code=names.TOOL_ABORTED,
+            policy=Policy.GRACE.value,
+            grace_expired=True,
+        )
+
+    async def await_result(self) -> None:
+        """``await``: the result arrives, however late; the turn waits for it."""
+        assert self.exec_task is not None
+        await asyncio.wait((self.exec_task,))
+        if self.exec_task.cancelled() or self.exec_task.exception() is not None:
+            self.finish(Outcome.FAILED, error=repr(self.exec_task.exception()))
+            return
+        self.finish_from_host(self.exec_task.result())
+
+
+def _outcome_of(res: HostResult, stopped: bool) -> Outcome:
+    if res.status is HostStatus.OK:
+        return Outcome.COMPLETED_AFTER_STOP if stopped else Outcome.COMPLETED
+    if res.status in (HostStatus.ABORTED, HostStatus.CANCELLED_BY_SERVER):
+        return Outcome.ABORTED
+    return Outcome.FAILED
+
+
+_PHASE_OF: Mapping[Outcome, Phase] = {
+    Outcome.COMPLETED: Phase.FINISHED,
+    Outcome.COMPLETED_AFTER_STOP: Phase.FINISHED,
+    Outcome.FAILED: Phase.FAILED,
+    Outcome.ABORTED: Phase.ABORTED,
+    Outcome.DISCARDED: Phase.DISCARDED,
+    Outcome.REFUSED: Phase.ABORTED,
+    Outcome.DENIED: Phase.FAILED,
+}
+
+StopHandler = Callable[[Call], None]

@@ -1,0 +1,117 @@
+"""Events the runtime emits, and the sinks that take them.
+
+An event is one row of the ledger (design §3). The runtime hands each event to one sink, a plain
+callable; with no sink nothing is built at all, so an unobserved runtime pays nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnwatch import names
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One thing that happened, with both clocks: wall (for people) and monotonic (for offsets)."""
+
+    kind: str
+    session: str
+    ts_unix: float
+    mono_ns: int | None = None
+    turn: str | None = None
+    call: str | None = None
+    tool: str | None = None
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    trace_id: str | None = None
+    span_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-line form of design §3 (what ``turnwatch ingest`` reads)."""
+        out: dict[str, Any] = {"ts": self.ts_unix, "kind": self.kind, "session": self.session}
+        for key in ("turn", "call", "tool", "mono_ns", "trace_id", "span_id"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.attrs:
+            out["attrs"] = dict(self.attrs)
+        return out
+
+
+EventSink = Callable[[Event], None]
+
+
+def now_event(
+    kind: str,
+    session: str,
+    *,
+    turn: str | None = None,
+    call: str | None = None,
+    tool: str | None = None,
+    attrs: Mapping[str, Any] | None = None,
+) -> Event:
+    """An event stamped now, on both clocks."""
+    if kind not in names.EVENT_KINDS:
+        raise ValueError(f"unknown event kind {kind!r}")
+    return Event(
+        kind=kind,
+        session=session,
+        ts_unix=time.time(),
+        mono_ns=time.monotonic_ns(),
+        turn=turn,
+        call=call,
+        tool=tool,
+        attrs=attrs or {},
+    )
+
+
+class MemorySink:
+    """Keeps every event in a list: for tests, the demo, and embedding code that wants to look."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.events)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def kinds(self, *, session: str | None = None, call: str | None = None) -> list[str]:
+        """The kinds seen, in order, optionally for one session or call."""
+        return [
+            e.kind
+            for e in self.events
+            if (session is None or e.session == session) and (call is None or e.call == call)
+        ]
+
+    def of(self, kind: str, **match: Any) -> list[Event]:
+        """Events of ``kind`` whose fields equal ``match``."""
+        return [
+            e
+            for e in self.events
+            if e.kind == kind and all(getattr(e, k) == v for k, v in match.items())
+        ]
+
+
+class FanOut:
+    """Hands each event to several sinks in order; one failing sink does not starve the rest."""
+
+    def __init__(self, *sinks: EventSink) -> None:
+        self.sinks = list(sinks)
+
+    def __call__(self, event: Event) -> None:
+        errors: list[Exception] = []
+        for sink in self.sinks:
+            try:
+                sink(event)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise ExceptionGroup("event sinks failed", errors)

@@ -1,0 +1,99 @@
+"""The local host: runs real tools in this process, behind the typed message boundary.
+
+Aborts are matched to calls by ``(session, call_id, tool)``. One that arrives before its call
+registers lands in the abort registry (Bash: an expiring tombstone), and the call it names never
+starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from turnwatch.runtime.protocol import (
+    AbortRequest,
+    ExecuteRequest,
+    HostResult,
+    HostStatus,
+    MessageCallback,
+)
+from turnwatch.runtime.registry import AbortRegistry
+from turnwatch.runtime.tools import files, process, proctree
+from turnwatch.runtime.tools.context import ToolContext, ToolFn
+
+BUILTIN_TOOLS: Mapping[str, ToolFn] = {
+    "Read": files.read,
+    "Glob": files.glob,
+    "Grep": files.grep,
+    "Write": files.write,
+    "Edit": files.edit,
+    "Bash": process.bash,
+    "GenerateImages": process.generate_images,
+}
+
+Key = tuple[str, str, str]
+
+
+class LocalHost:
+    """Runs the built-in tools, plus any tool registered with :meth:`register`.
+
+    On Linux it makes this process a child subreaper, so a tool's grandchild that calls
+    ``setsid`` re-parents here and is still found and killed by a stop.
+    """
+
+    def __init__(self, *, subreaper: bool = True, registry: AbortRegistry | None = None) -> None:
+        self.tools: dict[str, ToolFn] = dict(BUILTIN_TOOLS)
+        self.registry = registry or AbortRegistry()
+        self.subreaper = proctree.become_subreaper() if subreaper else False
+        self._inflight: dict[Key, ToolContext] = {}
+        self.aborts_received = 0
+
+    def register(self, name: str, fn: ToolFn) -> None:
+        """Add a tool (a plugin or an MCP proxy); its class is declared to the runtime."""
+        self.tools[name] = fn
+
+    async def execute(self, request: ExecuteRequest, notify: MessageCallback) -> HostResult:
+        """``tools.execute``."""
+        key = (request.session, request.call_id, request.tool)
+        early = self.registry.take(request.session, request.turn, request.call_id, request.tool)
+        if early is not None:
+            return HostResult(HostStatus.ABORTED, error=f"aborted before start by {early.source}")
+        fn = self.tools.get(request.tool)
+        if fn is None:
+            known = ", ".join(sorted(self.tools))
+            return HostResult(
+                HostStatus.ERROR, error=f"unknown tool {request.tool!r}; tools: {known}"
+            )
+        ctx = ToolContext(request, notify, asyncio.get_running_loop())
+        self._inflight[key] = ctx
+        try:
+            return await fn(ctx)
+        except files.ToolArgumentError as exc:
+            return HostResult(HostStatus.ERROR, error=str(exc))
+        except OSError as exc:
+            return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            with contextlib.suppress(KeyError):
+                if self._inflight[key] is ctx:
+                    del self._inflight[key]
+
+    def abort(self, request: AbortRequest) -> None:
+        """``tools.abort``: cancel the call it names, or remember it for a call yet to come."""
+        self.aborts_received += 1
+        ctx = self._inflight.get((request.session, request.call_id, request.tool))
+        if ctx is not None and ctx.request.turn == request.turn:
+            ctx.cancel(request)
+            return
+        self.registry.record(
+            request.session, request.turn, request.call_id, request.tool, request.source
+        )
+
+    @property
+    def inflight(self) -> int:
+        """How many calls the host is running now."""
+        return len(self._inflight)
+
+    def describe(self) -> dict[str, Any]:
+        return {"tools": sorted(self.tools), "subreaper": self.subreaper}

@@ -1,0 +1,175 @@
+"""The domain: tool classes and their abort policies, call phases, modes, stop sources."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from turnwatch import names
+
+
+class ToolClass(StrEnum):
+    """What a tool can do to the world, which fixes what a stop may do to it."""
+
+    READ_ONLY = "read_only"
+    PROCESS = "process"
+    MUTATING = "mutating"
+    EXTENSION = "extension"
+
+
+class Policy(StrEnum):
+    """How a stop treats a call that already started (design §1)."""
+
+    RACE = "race"  # end the wait at once, discard the result
+    GRACE = "grace"  # terminate, wait a bounded window for collected output
+    AWAIT = "await"  # request cancellation, wait for the host's result however long
+
+
+POLICY_OF: Mapping[ToolClass, Policy] = {
+    ToolClass.READ_ONLY: Policy.RACE,
+    ToolClass.PROCESS: Policy.GRACE,
+    ToolClass.MUTATING: Policy.AWAIT,
+    ToolClass.EXTENSION: Policy.AWAIT,
+}
+
+BUILTIN_CLASSES: Mapping[str, ToolClass] = {
+    "Read": ToolClass.READ_ONLY,
+    "Glob": ToolClass.READ_ONLY,
+    "Grep": ToolClass.READ_ONLY,
+    "Bash": ToolClass.PROCESS,
+    "GenerateImages": ToolClass.PROCESS,
+    "Write": ToolClass.MUTATING,
+    "Edit": ToolClass.MUTATING,
+}
+
+
+def class_of(tool: str, declared: str | None = None) -> ToolClass:
+    """The class of ``tool``: built-in, else the declared one, else ``extension`` (design §3)."""
+    if tool in BUILTIN_CLASSES:
+        return BUILTIN_CLASSES[tool]
+    if declared is not None:
+        return ToolClass(declared)
+    return ToolClass.EXTENSION
+
+
+class Phase(StrEnum):
+    """Where a call is: ``queued → awaiting_permission → admitted → running → terminal``."""
+
+    QUEUED = "queued"
+    AWAITING_PERMISSION = "awaiting_permission"
+    ADMITTED = "admitted"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    DISCARDED = "discarded"
+
+    @property
+    def started(self) -> bool:
+        """True once the host was asked to execute (the side-effect boundary)."""
+        return self in _STARTED
+
+    @property
+    def terminal(self) -> bool:
+        """True when the runtime holds nothing more for this call."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({Phase.FINISHED, Phase.FAILED, Phase.ABORTED, Phase.DISCARDED})
+_STARTED = frozenset({Phase.RUNNING})
+
+
+class Mode(StrEnum):
+    """Stop behaviour: the ADR's, or one it rejected or replaced (for comparison)."""
+
+    ADR = "adr"
+    LEGACY = "legacy"  # only Bash/GenerateImages listen; abort() relies on the signal alone
+    ABANDON_ALL = "abandon_all"  # every call locally abandoned; prompts stay open (rejected)
+    GRACE_ONLY = "grace_only"  # every call waits one grace window, then is abandoned (rejected)
+
+
+class StopSource(StrEnum):
+    """Who stopped the turn."""
+
+    UI = "ui"
+    KEYBOARD = "keyboard"
+    API = "api"
+    CLI = "cli"
+    WATCHDOG = "watchdog"
+
+
+class Receipt(StrEnum):
+    """What ``abort()`` did."""
+
+    ACCEPTED = "accepted"  # this stop started the walk and saw the turn settle
+    JOINED = "joined"  # a stop was already under way; this one joined its settlement
+    ALREADY_SETTLED = "already_settled"  # the turn had settled before this stop
+    STALE = "stale"  # no live turn (unknown or finished turn)
+
+
+class Outcome(StrEnum):
+    """How a call ended, as the runtime reports it."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"  # TOOL_ABORTED: stopped before it finished
+    DISCARDED = "discarded"  # raced: the wait ended at the stop, the result is dropped
+    REFUSED = "refused"  # requested after the stop, never started
+    DENIED = "denied"  # the permission was denied
+    COMPLETED_AFTER_STOP = "completed_after_stop"  # awaited; finished after cancel was asked
+
+
+class TurnOutcome(StrEnum):
+    """``turn.settled``'s ``attrs.outcome``."""
+
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a call produced, as the runtime hands it to the agent loop."""
+
+    call_id: str
+    tool: str
+    outcome: Outcome
+    output: str = ""
+    error_code: str | None = None  # names.TOOL_ABORTED when stopped
+    data: Mapping[str, Any] | None = None
+
+    @property
+    def aborted(self) -> bool:
+        """True when the agent loop must treat the call as ``TOOL_ABORTED``."""
+        return self.error_code == names.TOOL_ABORTED
+
+
+class TurnwatchError(Exception):
+    """Base of turnwatch's errors."""
+
+
+class UnknownSessionError(TurnwatchError, LookupError):
+    """A session id the runtime does not know; the message names the ones it does."""
+
+
+class UnknownTurnError(TurnwatchError, LookupError):
+    """A turn id that is not the session's; the message names the ones it has."""
+
+
+class CallIdReusedError(TurnwatchError, ValueError):
+    """A call id already used in this session: new turns must use new ids."""
+
+
+class TurnBusyError(TurnwatchError, RuntimeError):
+    """The session already has a live turn."""
+
+
+def parse_source(source: str | StopSource) -> StopSource:
+    """``source`` as a :class:`StopSource`, or a ValueError naming the valid ones."""
+    try:
+        return StopSource(source)
+    except ValueError:
+        valid = ", ".join(s.value for s in StopSource)
+        raise ValueError(f"invalid stop source {source!r}; valid sources: {valid}") from None

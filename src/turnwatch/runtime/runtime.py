@@ -1,0 +1,449 @@
+"""The runtime: sessions, turns, tool calls, and the stop (``abort()``) the ADR specifies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from turnwatch import names
+from turnwatch.runtime.calls import Call
+from turnwatch.runtime.events import EventSink, now_event
+from turnwatch.runtime.gate import Answer, Prompt
+from turnwatch.runtime.model import (
+    CallIdReusedError,
+    Mode,
+    Outcome,
+    Phase,
+    Policy,
+    Receipt,
+    StopSource,
+    ToolClass,
+    TurnBusyError,
+    TurnOutcome,
+    UnknownSessionError,
+    UnknownTurnError,
+    class_of,
+    parse_source,
+)
+from turnwatch.runtime.protocol import ExecuteRequest, Host
+from turnwatch.runtime.registry import AbortRegistry
+from turnwatch.runtime.session import CallHandle, Session, Turn, closest
+
+DEFAULT_GRACE_S = 10.0
+DEFAULT_MAX_RUNNING = 8
+#: The tools whose abort listener was live before the ADR (``legacy`` mode).
+LEGACY_LISTENERS = frozenset({"Bash", "GenerateImages"})
+
+AskPermission = Callable[[str, ToolClass], bool]
+
+
+class Runtime:
+    """The ADR's stop semantics over a :class:`~turnwatch.runtime.protocol.Host`.
+
+    Create it inside a running event loop. ``sink`` receives every event; without one, nothing is
+    recorded and nothing is built.
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        mode: Mode | str = Mode.ADR,
+        grace_s: float = DEFAULT_GRACE_S,
+        sink: EventSink | None = None,
+        ask_permission: AskPermission | None = None,
+        max_running: int = DEFAULT_MAX_RUNNING,
+        registry: AbortRegistry | None = None,
+        control: str | None = None,
+    ) -> None:
+        if grace_s <= 0:
+            raise ValueError(f"grace window must be positive, got {grace_s}")
+        self.host = host
+        self.mode = Mode(mode)
+        self.grace_s = grace_s
+        self.sink = sink
+        self.ask_permission = ask_permission
+        self.max_running = max_running
+        self.registry = registry or AbortRegistry()
+        self.control = control  # the control socket's path, once one serves this runtime
+        self.sessions: dict[str, Session] = {}
+        self._pid = os.getpid()
+        self._create_time = _own_create_time()
+
+    # --- events ---
+
+    def emit(
+        self,
+        kind: str,
+        session: str,
+        *,
+        turn: str | None = None,
+        call: str | None = None,
+        tool: str | None = None,
+        attrs: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Hand one event to the sink (no sink: no cost)."""
+        if self.sink is not None:
+            self.sink(now_event(kind, session, turn=turn, call=call, tool=tool, attrs=attrs))
+
+    # --- sessions and turns ---
+
+    def open_session(self, session_id: str) -> Session:
+        """Open (or return) a session; announces this runtime in ``runtime.started``."""
+        if session_id in self.sessions:
+            return self.sessions[session_id]
+        sess = Session(self, session_id, self.max_running)
+        self.sessions[session_id] = sess
+        attrs: dict[str, Any] = {
+            "pid": self._pid,
+            "create_time": self._create_time,
+            "mode": self.mode.value,
+            "grace_s": self.grace_s,
+        }
+        if self.control:
+            attrs["control"] = self.control
+        self.emit(names.RUNTIME_STARTED, session_id, attrs=attrs)
+        return sess
+
+    def session(self, session_id: str) -> Session:
+        """The session, or an error naming the sessions that exist."""
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise UnknownSessionError(
+                f"unknown session {session_id!r}; sessions: "
+                f"{closest(session_id, list(self.sessions))}"
+            ) from None
+
+    def start_turn(self, session_id: str, turn_id: str | None = None) -> Turn:
+        """Start the session's next turn; the session is ``processing`` until it settles."""
+        sess = (
+            self.session(session_id)
+            if session_id in self.sessions
+            else self.open_session(session_id)
+        )
+        if sess.live is not None:
+            raise TurnBusyError(f"session {session_id!r} already has live turn {sess.live.id!r}")
+        tid = turn_id or f"{session_id}.t{next(sess._turn_seq)}"
+        if tid in sess.turns:
+            raise ValueError(f"turn id {tid!r} was already used in session {session_id!r}")
+        turn = Turn(sess, tid)
+        sess.turns[tid] = turn
+        sess.live = turn
+        sess.processing = True
+        self.emit(names.TURN_STARTED, session_id, turn=tid, attrs={"mode": self.mode.value})
+        return turn
+
+    # --- calls ---
+
+    def _request(
+        self, turn: Turn, tool: str, args: dict[str, Any], call_id: str | None, declared: str | None
+    ) -> CallHandle:
+        sess = turn.session
+        cid = call_id or turn.next_call_id()
+        if cid in sess.used_call_ids:
+            raise CallIdReusedError(f"call id {cid!r} was already used in session {sess.id!r}")
+        sess.used_call_ids.add(cid)
+        call = Call(self, turn, cid, tool, class_of(tool, declared), args)
+        turn.calls[cid] = call
+        turn.call_opened()
+        call.emit(
+            names.TOOL_REQUESTED, **{"class": call.tool_class.value}, policy=call.policy.value
+        )
+        early = self.registry.take(sess.id, turn.id, cid, tool)
+        if turn.stopping or turn.settled.done() or early is not None:
+            # The agent loop asked after the stop (or an early abort named this very call).
+            call.emit(
+                names.TOOL_REFUSED,
+                error_code=names.TOOL_ABORTED,
+                reason="early_abort" if early else "after_stop",
+            )
+            call.finish(Outcome.REFUSED, error_code=names.TOOL_ABORTED)
+        else:
+            asyncio.get_running_loop().create_task(self._lifecycle(call), name=f"call {cid}")
+        return CallHandle(call)
+
+    async def _lifecycle(self, call: Call) -> None:
+        sess = call.turn.session
+        try:
+            call.holds_slot = await sess.admission.acquire(self._prestart_stop(call))
+            if not call.holds_slot:
+                return
+            if self.ask_permission is not None and self.ask_permission(call.tool, call.tool_class):
+                call.phase = Phase.AWAITING_PERMISSION
+                call.prompt = Prompt()
+                call.emit(names.PERMISSION_REQUESTED)
+                approved = await call.prompt.wait(self._prestart_stop(call))
+                if approved is None:
+                    return
+                if not approved:
+                    call.finish(Outcome.DENIED, error_code="PERMISSION_DENIED")
+                    return
+            call.phase = Phase.ADMITTED
+            if self._prestart_stop(call).done():
+                return  # stopped between admission and start: it never starts
+            # No await between the check above and this line: the start is atomic.
+            call.phase = Phase.RUNNING
+            req = ExecuteRequest(
+                sess.id,
+                call.turn.id,
+                call.call_id,
+                call.tool,
+                call.tool_class,
+                call.args,
+                call.turn.traceparent,
+            )
+            call.exec_task = asyncio.get_running_loop().create_task(
+                self.host.execute(req, call.on_message), name=f"execute {call.call_id}"
+            )
+            await asyncio.wait((call.exec_task, call.stop), return_when=asyncio.FIRST_COMPLETED)
+            if call.exec_task.done():
+                if call.exec_task.cancelled() or call.exec_task.exception() is not None:
+                    call.finish(Outcome.FAILED, error=repr(call.exec_task.exception()))
+                elif not call.stop.done() or not call.result.done():
+                    call.finish_from_host(call.exec_task.result())
+            else:
+                # The stop handler owns the call now; keep observing a result it let go.
+                call.exec_task.add_done_callback(partial(_late_result, call))
+        except Exception as exc:  # a host bug must not leave the turn open forever
+            call.finish(Outcome.FAILED, error=repr(exc))
+            raise
+
+    def _prestart_stop(self, call: Call) -> asyncio.Future[object]:
+        """What a waiting call watches: its stop (``abandon_all``: nothing, the flaw it shows)."""
+        if self.mode is Mode.ABANDON_ALL:
+            return call.never
+        return call.stop
+
+    def answer_permission(self, session_id: str, call_id: str, approved: bool) -> Answer:
+        """The user's answer to a prompt; ``LATE`` (refused) when a stop closed it first."""
+        sess = self.session(session_id)
+        call = next((t.calls[call_id] for t in sess.turns.values() if call_id in t.calls), None)
+        if call is None or call.prompt is None:
+            raise LookupError(
+                f"no permission prompt for call {call_id!r} in session {session_id!r}"
+            )
+        answer = call.prompt.answer(approved)
+        kind = {
+            Answer.GRANTED: names.PERMISSION_GRANTED,
+            Answer.DENIED: names.PERMISSION_DENIED,
+            Answer.LATE: names.PERMISSION_LATE,
+        }[answer]
+        call.emit(kind, approved=approved)
+        return answer
+
+    def abort_call(
+        self,
+        session_id: str,
+        turn_id: str,
+        call_id: str,
+        tool: str,
+        *,
+        source: str | StopSource = StopSource.API,
+    ) -> None:
+        """A typed abort for one call, which may not have been requested yet.
+
+        It reaches only the call with this exact session, turn, call id and tool name; an early
+        one waits in the registry (for Bash, as an expiring tombstone) and the call never starts.
+        """
+        src = parse_source(source)
+        sess = self.session(session_id)
+        turn = sess.turns.get(turn_id)
+        if turn is None:
+            raise UnknownTurnError(
+                f"unknown turn {turn_id!r} in session {session_id!r}; turns: "
+                f"{closest(turn_id, list(sess.turns))}"
+            )
+        call = turn.calls.get(call_id)
+        if call is not None and call.tool == tool:
+            self._handle(call, src, use_mode=True)
+        elif call is None:
+            self.registry.record(session_id, turn_id, call_id, tool, src.value)
+
+    # --- the stop ---
+
+    async def abort(
+        self,
+        session_id: str,
+        *,
+        source: str | StopSource = StopSource.UI,
+        turn: str | None = None,
+        clicked_at: float | None = None,
+        traceparent: str | None = None,
+    ) -> Receipt:
+        """``agent.abort``: stop the live turn and return once it is settled.
+
+        Idempotent: a later stop joins the first one's settlement. ``clicked_at`` (unix seconds)
+        is when the user clicked Stop, if known. A stop from the watchdog always runs the ADR walk,
+        whatever the mode: that is how a pinned legacy session is recovered.
+        """
+        src = parse_source(source)
+        sess = self.session(session_id)
+        if turn is not None and turn not in sess.turns:
+            raise UnknownTurnError(
+                f"unknown turn {turn!r} in session {session_id!r}; turns: "
+                f"{closest(turn, list(sess.turns))}"
+            )
+        live = sess.live
+        if live is None or (turn is not None and turn != live.id):
+            named = sess.turns.get(turn) if turn else _last(sess)
+            if named is None or not named.settled.done():
+                return Receipt.STALE
+            if sess.processing and named is _last(sess):
+                # Settled, but the RPC that would clear "processing" never returned: finish it.
+                self.emit(
+                    names.ABORT_RPC_RECEIVED,
+                    session_id,
+                    turn=named.id,
+                    attrs={"source": src.value, "receipt": Receipt.ALREADY_SETTLED.value},
+                )
+                self._returned(named, Receipt.ALREADY_SETTLED)
+                return Receipt.ALREADY_SETTLED
+            return Receipt.ALREADY_SETTLED if named.stop_task is not None else Receipt.STALE
+        if live.stop_task is not None:
+            self.emit(
+                names.ABORT_RPC_RECEIVED,
+                session_id,
+                turn=live.id,
+                attrs={"source": src.value, "receipt": Receipt.JOINED.value},
+            )
+            if src is StopSource.WATCHDOG and not live.walked:
+                self._walk(live, src)
+            await asyncio.shield(live.stop_task)
+            self._returned(live, Receipt.JOINED)
+            return Receipt.JOINED
+        live.stop_source = src
+        live.traceparent = traceparent
+        if clicked_at is not None:
+            self.sink and self.sink(_clicked_event(session_id, live.id, clicked_at, src))
+        attrs: dict[str, Any] = {
+            "source": src.value,
+            "mode": self.mode.value,
+            "receipt": Receipt.ACCEPTED.value,
+        }
+        if traceparent:
+            attrs["traceparent"] = traceparent
+        self.emit(names.ABORT_RPC_RECEIVED, session_id, turn=live.id, attrs=attrs)
+        live.stop_task = asyncio.get_running_loop().create_task(
+            self._stop(live, src), name=f"stop {live.id}"
+        )
+        await asyncio.shield(live.stop_task)
+        self._returned(live, Receipt.ACCEPTED)
+        return Receipt.ACCEPTED
+
+    def _returned(self, turn: Turn, receipt: Receipt) -> None:
+        """``agent.abort`` returns; the renderer, which awaited it, clears "processing".
+
+        If the RPC never returns (its caller went away), "processing" stays set: the pinned
+        session of the field report, which the watchdog finds and a later stop clears.
+        """
+        sess = turn.session
+        self.emit(names.ABORT_RPC_RETURNED, sess.id, turn=turn.id, attrs={"receipt": receipt.value})
+        if sess.processing and sess.live is None:
+            sess.processing = False
+            self.emit(names.PROCESSING_CLEARED, sess.id, turn=turn.id)
+
+    async def _stop(self, turn: Turn, src: StopSource) -> None:
+        if self.mode is Mode.LEGACY and src is not StopSource.WATCHDOG:
+            self._signal_legacy(turn, src)
+        else:
+            self._walk(turn, src)
+        await turn.wait_idle()
+        self._settle(turn, TurnOutcome.ABORTED)
+
+    def _walk(self, turn: Turn, src: StopSource) -> None:
+        """The abort walk: for each in-flight call, the handler its signal would run."""
+        turn.walked = True
+        inflight = [c for c in turn.calls.values() if not c.result.done()]
+        self.emit(
+            names.ABORT_WALK_STARTED,
+            turn.session.id,
+            turn=turn.id,
+            attrs={"inflight": len(inflight), "source": src.value},
+        )
+        policy_override = src is not StopSource.WATCHDOG
+        for call in inflight:
+            self._handle(call, src, use_mode=policy_override)
+
+    def _signal_legacy(self, turn: Turn, src: StopSource) -> None:
+        """Pre-ADR: only Bash and GenerateImages listened to the signal."""
+        for call in list(turn.calls.values()):
+            if call.tool in LEGACY_LISTENERS and not call.result.done():
+                self._handle(call, src, use_mode=True)
+
+    def _handle(self, call: Call, src: StopSource, *, use_mode: bool) -> None:
+        """Run ``call``'s stop handler; idempotent: the walk and the signal may both run it."""
+        if not call.stop.done():
+            call.stop.set_result(src.value)
+        if call.result.done() or call.abort_sent:
+            return
+        mode = self.mode if use_mode else Mode.ADR
+        if not call.phase.started:
+            if mode is Mode.ABANDON_ALL:
+                # The rejected alternative: forget the call locally, leave its prompt open.
+                call.abandoned = True
+                call.finish(Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED)
+            else:
+                call.close_before_start()
+            return
+        call.send_abort(src.value)
+        policy = Policy.RACE if mode is Mode.ABANDON_ALL else call.policy
+        loop = asyncio.get_running_loop()
+        if policy is Policy.RACE and mode is not Mode.GRACE_ONLY:
+            call.race()
+        elif policy is Policy.GRACE or mode is Mode.GRACE_ONLY:
+            call.handler = loop.create_task(call.grace(self.grace_s), name=f"grace {call.call_id}")
+        else:
+            call.handler = loop.create_task(call.await_result(), name=f"await {call.call_id}")
+
+    def _settle(self, turn: Turn, outcome: TurnOutcome) -> None:
+        if turn.settled.done():
+            return
+        sess = turn.session
+        self.emit(
+            names.TURN_SETTLED,
+            sess.id,
+            turn=turn.id,
+            attrs={"outcome": outcome.value, "mode": self.mode.value},
+        )
+        self.registry.forget_turn(sess.id, turn.id)
+        if sess.live is turn:
+            sess.live = None
+        if turn.stop_task is None:
+            # A turn that ended on its own: the loop clears "processing" itself. After a stop,
+            # the abort RPC's return clears it (see _returned).
+            sess.processing = False
+            self.emit(names.PROCESSING_CLEARED, sess.id, turn=turn.id)
+        turn.settled.set_result(outcome)
+
+
+def _late_result(call: Call, task: asyncio.Task[Any]) -> None:
+    if task.cancelled() or task.exception() is not None:
+        return
+    call.finish_from_host(task.result())
+
+
+def _last(sess: Session) -> Turn | None:
+    return next(reversed(sess.turns.values()), None) if sess.turns else None
+
+
+def _clicked_event(session: str, turn: str, clicked_at: float, src: StopSource) -> Any:
+    ev = now_event(names.STOP_CLICKED, session, turn=turn, attrs={"source": src.value})
+    # Place the click on the monotonic clock too, so offsets from it are exact.
+    lag_ns = max(0, int((ev.ts_unix - clicked_at) * 1e9))
+    from dataclasses import replace
+
+    return replace(ev, ts_unix=clicked_at, mono_ns=(ev.mono_ns or 0) - lag_ns)
+
+
+def _own_create_time() -> float:
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:
+        return time.time()

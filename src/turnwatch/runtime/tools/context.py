@@ -1,0 +1,97 @@
+"""What a tool gets from the host: its request, a way to report, and its cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from turnwatch.runtime.protocol import (
+    AbortRequest,
+    ExecuteRequest,
+    HostMessage,
+    HostResult,
+    MessageCallback,
+    Progress,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class ToolContext:
+    """One call as the host runs it. The loop-side fields are touched only on the event loop."""
+
+    request: ExecuteRequest
+    notify_loop: MessageCallback
+    loop: asyncio.AbstractEventLoop
+    # Set by tools.abort; worker threads read it (a threading.Event is safe across threads).
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    # The same, awaitable on the loop.
+    abort_arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    # The abort request, once one arrived (its grace window bounds process termination).
+    abort: AbortRequest | None = None
+
+    @property
+    def args(self) -> Mapping[str, Any]:
+        return self.request.args
+
+    def cancel(self, request: AbortRequest) -> None:
+        """Deliver tools.abort (on the loop)."""
+        if self.abort is None:
+            self.abort = request
+        self.cancelled.set()
+        self.abort_arrived.set()
+
+    def notify(self, message: HostMessage) -> None:
+        """Report from the loop; nothing once the call was cancelled, except ``Started``."""
+        self.notify_loop(message)
+
+    def notify_threadsafe(self, message: HostMessage) -> None:
+        """Report from a worker thread. After a cancel, nothing more: progress stops at the stop."""
+        if self.cancelled.is_set():
+            return
+        # RuntimeError: the loop closed under a worker that ran on; nothing to tell anyone.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._deliver, message)
+
+    def _deliver(self, message: HostMessage) -> None:
+        if not self.cancelled.is_set() or not isinstance(message, Progress):
+            self.notify_loop(message)
+
+
+ToolFn = Callable[[ToolContext], Awaitable[HostResult]]
+
+
+def run_in_worker(ctx: ToolContext, fn: Callable[[], T], name: str) -> asyncio.Future[T]:
+    """Run blocking ``fn`` in a daemon thread; its future resolves on the loop.
+
+    Not ``asyncio.to_thread``: a raced worker may block for minutes (a hung mount), and the default
+    executor would make interpreter shutdown wait for it. A daemon thread cannot hold the exit.
+    """
+    fut: asyncio.Future[T] = ctx.loop.create_future()
+
+    def settle(result: T | None, exc: BaseException | None) -> None:
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)  # type: ignore[arg-type]  # result is T when exc is None
+
+    def body() -> None:
+        result: T | None = None
+        error: BaseException | None = None
+        try:
+            result = fn()
+        except BaseException as exc:
+            error = exc
+        # RuntimeError: the loop is gone; nobody waits for this result any more.
+        with contextlib.suppress(RuntimeError):
+            ctx.loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=body, name=name, daemon=True).start()
+    return fut

@@ -1,0 +1,263 @@
+"""File tools. Read, Glob and Grep are read-only: they open files for reading only, so a worker
+the runtime raced away can run on but never write. Write and Edit replace files atomically and
+are never abandoned once started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
+from turnwatch.runtime.tools.context import ToolContext, run_in_worker
+
+#: Grep reads files in chunks of this size, so a huge file still checks for cancellation.
+GREP_CHUNK = 4 * 1024 * 1024
+#: A heartbeat at most this often while a worker has nothing else to say.
+HEARTBEAT_S = 0.5
+WRITE_CHUNK = 1024 * 1024
+
+
+class ToolArgumentError(ValueError):
+    """A tool was called with arguments it cannot use; the message says which."""
+
+
+def _arg(args: Any, name: str, kind: type, default: Any = ...) -> Any:
+    if name not in args:
+        if default is ...:
+            raise ToolArgumentError(f"missing argument {name!r}")
+        return default
+    value = args[name]
+    if not isinstance(value, kind):
+        raise ToolArgumentError(f"argument {name!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+async def _race(ctx: ToolContext, work: asyncio.Future[HostResult]) -> HostResult:
+    """A read-only call: the result, or, once the stop arrives, ABORTED at once (discarded)."""
+    stop = asyncio.ensure_future(ctx.abort_arrived.wait())
+    try:
+        await asyncio.wait((work, stop), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if work.done() and not ctx.cancelled.is_set():
+        return work.result()
+    # The worker may run on; observe its end so its exception is never "never retrieved".
+    work.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return HostResult(HostStatus.ABORTED, "", error="discarded at stop")
+
+
+def _started(ctx: ToolContext) -> None:
+    ctx.notify(Started())
+
+
+async def read(ctx: ToolContext) -> HostResult:
+    """Read a file (any readable path, a FIFO included) as text."""
+    path = Path(_arg(ctx.args, "path", str))
+    limit = _arg(ctx.args, "limit", int, 1024 * 1024)
+    _started(ctx)
+
+    def work() -> HostResult:
+        with path.open("rb") as fh:  # read-only, always
+            data = fh.read(limit)
+        return HostResult(HostStatus.OK, data.decode("utf-8", "replace"))
+
+    return await _race(ctx, run_in_worker(ctx, work, f"Read {ctx.request.call_id}"))
+
+
+async def glob(ctx: ToolContext) -> HostResult:
+    """Paths under ``path`` matching ``pattern`` (``**`` recurses), sorted."""
+    root = Path(_arg(ctx.args, "path", str, "."))
+    pattern = _arg(ctx.args, "pattern", str)
+    _started(ctx)
+
+    def work() -> HostResult:
+        found: list[str] = []
+        for p in root.glob(pattern):
+            if ctx.cancelled.is_set():
+                break
+            found.append(str(p))
+        return HostResult(HostStatus.OK, "\n".join(sorted(found)), data={"count": len(found)})
+
+    return await _race(ctx, run_in_worker(ctx, work, f"Glob {ctx.request.call_id}"))
+
+
+async def grep(ctx: ToolContext) -> HostResult:
+    """Lines matching a regular expression in the regular files under ``path``.
+
+    Arguments: ``pattern``, ``path`` (default ``.``), ``ignore_case``, ``max_matches``. Matches
+    stream as progress; a heartbeat reports the files scanned.
+    """
+    pattern = _arg(ctx.args, "pattern", str)
+    root = _arg(ctx.args, "path", str, ".")
+    flags = re.IGNORECASE if _arg(ctx.args, "ignore_case", bool, False) else 0
+    max_matches = _arg(ctx.args, "max_matches", int, 1000)
+    try:
+        rx = re.compile(pattern.encode(), flags)
+    except re.error as exc:
+        raise ToolArgumentError(f"invalid pattern {pattern!r}: {exc}") from None
+    _started(ctx)
+
+    def work() -> HostResult:
+        matches: list[str] = []
+        scanned = 0
+        last_beat = time.monotonic()
+        for path in _regular_files(root, ctx.cancelled.is_set):
+            _grep_file(path, rx, matches, max_matches, ctx)
+            scanned += 1
+            if len(matches) >= max_matches or ctx.cancelled.is_set():
+                break
+            now = time.monotonic()
+            if now - last_beat >= HEARTBEAT_S:
+                last_beat = now
+                ctx.notify_threadsafe(Progress(progress=float(scanned)))
+        return HostResult(
+            HostStatus.OK, "\n".join(matches), data={"files": scanned, "matches": len(matches)}
+        )
+
+    return await _race(ctx, run_in_worker(ctx, work, f"Grep {ctx.request.call_id}"))
+
+
+def _regular_files(root: str, stop: Callable[[], bool]) -> Any:
+    if not os.path.isdir(root):
+        yield root  # named explicitly: read it whatever it is, as grep does (a FIFO blocks)
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if stop():
+                return
+            path = os.path.join(dirpath, name)
+            if os.path.isfile(path):  # like ripgrep: no FIFOs, sockets or devices
+                yield path
+
+
+def _grep_file(
+    path: str, rx: re.Pattern[bytes], out: list[str], cap: int, ctx: ToolContext
+) -> None:
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below; read-only by construction
+    except OSError:
+        return
+    with fh:
+        lineno = 1
+        carry = b""
+        while not ctx.cancelled.is_set():
+            chunk = fh.read(GREP_CHUNK)
+            if not chunk:
+                break
+            buf = carry + chunk
+            cut = buf.rfind(b"\n") + 1
+            if cut == 0 and len(buf) < GREP_CHUNK * 2:
+                carry = buf
+                continue
+            body, carry = (buf[:cut], buf[cut:]) if cut else (buf, b"")
+            lineno = _grep_block(path, body, rx, out, cap, lineno, ctx)
+            if len(out) >= cap:
+                return
+        if carry:
+            _grep_block(path, carry, rx, out, cap, lineno, ctx)
+
+
+def _grep_block(
+    path: str,
+    body: bytes,
+    rx: re.Pattern[bytes],
+    out: list[str],
+    cap: int,
+    lineno: int,
+    ctx: ToolContext,
+) -> int:
+    pos = 0
+    found: list[str] = []
+    for m in rx.finditer(body):
+        if m.start() < pos:
+            continue  # another match on a line already reported
+        lineno += body.count(b"\n", pos, m.start())
+        start = body.rfind(b"\n", 0, m.start()) + 1
+        end = body.find(b"\n", m.end())
+        end = len(body) if end < 0 else end
+        line = f"{path}:{lineno}:{body[start:end].decode('utf-8', 'replace')}"
+        found.append(line)
+        pos = end
+        if len(out) + len(found) >= cap:
+            break
+    if found:
+        out.extend(found)
+        # One progress message per block, not per line: a busy Grep must not flood the loop.
+        ctx.notify_threadsafe(Progress(text="\n".join(found) + "\n"))
+    return lineno + body.count(b"\n", pos)
+
+
+def atomic_write(path: Path, data: bytes, on_chunk: Callable[[int, int], None]) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync, then rename over ``path``.
+
+    A reader sees the old file or the whole new one, never a part.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            for off in range(0, len(data), WRITE_CHUNK):
+                fh.write(data[off : off + WRITE_CHUNK])
+                on_chunk(min(off + WRITE_CHUNK, len(data)), len(data))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+async def _mutate(ctx: ToolContext, work: Callable[[], HostResult]) -> HostResult:
+    """Run a mutating worker to its end: a cancel is noted, never acted on mid-write."""
+    _started(ctx)
+    return await run_in_worker(ctx, work, f"{ctx.request.tool} {ctx.request.call_id}")
+
+
+def _chunk_progress(ctx: ToolContext) -> Callable[[int, int], None]:
+    def report(done: int, total: int) -> None:
+        # Mutating calls are awaited, so their heartbeat goes on after the cancel request.
+        with contextlib.suppress(RuntimeError):
+            ctx.loop.call_soon_threadsafe(ctx.notify, Progress(progress=done, total=total))
+
+    return report
+
+
+async def write(ctx: ToolContext) -> HostResult:
+    """Replace ``path`` with ``content`` atomically."""
+    path = Path(_arg(ctx.args, "path", str))
+    data = _arg(ctx.args, "content", str).encode()
+
+    def work() -> HostResult:
+        atomic_write(path, data, _chunk_progress(ctx))
+        return HostResult(
+            HostStatus.OK, f"wrote {len(data)} bytes to {path}", data={"bytes": len(data)}
+        )
+
+    return await _mutate(ctx, work)
+
+
+async def edit(ctx: ToolContext) -> HostResult:
+    """Replace ``old`` by ``new`` in ``path`` (exactly once unless ``replace_all``), atomically."""
+    path = Path(_arg(ctx.args, "path", str))
+    old = _arg(ctx.args, "old", str)
+    new = _arg(ctx.args, "new", str)
+    replace_all = _arg(ctx.args, "replace_all", bool, False)
+
+    def work() -> HostResult:
+        text = path.read_text()
+        count = text.count(old)
+        if count == 0 or (count > 1 and not replace_all):
+            return HostResult(HostStatus.ERROR, error=f"{old!r} occurs {count} times in {path}")
+        atomic_write(path, text.replace(old, new).encode(), _chunk_progress(ctx))
+        return HostResult(HostStatus.OK, f"replaced {count} in {path}", data={"count": count})
+
+    return await _mutate(ctx, work)

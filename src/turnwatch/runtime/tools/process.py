@@ -1,0 +1,217 @@
+"""Process-backed tools: Bash and GenerateImages, each in its own process group.
+
+On ``tools.abort``: SIGTERM to the group and to a snapshot of the tree; output is collected until
+the process ends or the window ends, a hard cap that output never extends; then SIGKILL for
+everything left. The pipe drain is capped too, so a grandchild holding the pipe open cannot hold
+the settlement. The process is watched through a pidfd, so its group id stays ours (the zombie is
+not reaped) until the last group signal went out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import psutil
+
+from turnwatch import names
+from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
+from turnwatch.runtime.tools import proctree
+from turnwatch.runtime.tools.context import ToolContext
+from turnwatch.runtime.tools.files import ToolArgumentError
+
+#: After the process ended, how long readers may drain pipes a grandchild may still hold.
+DRAIN_CAP_S = 0.25
+#: The host answers this much before the runtime's grace window ends, so its answer lands in it.
+ANSWER_MARGIN_S = 0.25
+#: How long after SIGKILL we wait to see every member gone.
+KILL_WAIT_S = 1.0
+
+
+class _Pipes:
+    """Non-blocking readers for stdout and stderr, feeding one output in arrival order."""
+
+    def __init__(self, ctx: ToolContext, proc: subprocess.Popen[bytes]) -> None:
+        self.ctx = ctx
+        self.chunks: list[str] = []
+        self.open = 0
+        self.eof = asyncio.Event()
+        for stream in (proc.stdout, proc.stderr):
+            assert stream is not None
+            fd = stream.fileno()
+            os.set_blocking(fd, False)
+            ctx.loop.add_reader(fd, self._readable, fd)
+            self.open += 1
+        self._streams = (proc.stdout, proc.stderr)
+
+    def _readable(self, fd: int) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.ctx.loop.remove_reader(fd)
+            self.open -= 1
+            if self.open == 0:
+                self.eof.set()
+            return
+        text = data.decode("utf-8", "replace")
+        self.chunks.append(text)
+        if not self.ctx.cancelled.is_set():
+            self.ctx.notify(Progress(text=text))
+
+    async def drain(self, cap: float) -> bool:
+        """Wait for EOF at most ``cap`` seconds; True if both pipes closed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.eof.wait(), timeout=max(cap, 0.0))
+        return self.eof.is_set()
+
+    def close(self) -> None:
+        for stream in self._streams:
+            assert stream is not None
+            with contextlib.suppress(ValueError, OSError):
+                self.ctx.loop.remove_reader(stream.fileno())
+            stream.close()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
+
+
+async def run_process(
+    ctx: ToolContext,
+    argv: Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> HostResult:
+    """Run ``argv`` as a process tool, honouring ``tools.abort`` with the grace window."""
+    marker = f"{ctx.request.session}/{ctx.request.call_id}"
+    full_env = {**os.environ, **(env or {}), proctree.CALL_MARKER: marker}
+    proc = subprocess.Popen(  # noqa: ASYNC220 - fork+exec is brief; the wait below is async
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=full_env,
+        start_new_session=True,
+    )
+    pidfd = os.pidfd_open(proc.pid)
+    exited = asyncio.Event()
+    ctx.loop.add_reader(pidfd, exited.set)
+    pipes = _Pipes(ctx, proc)
+    try:
+        with contextlib.suppress(psutil.Error):
+            ctx.notify(Started(pid=proc.pid, create_time=psutil.Process(proc.pid).create_time()))
+        stop = asyncio.ensure_future(ctx.abort_arrived.wait())
+        done = asyncio.ensure_future(exited.wait())
+        try:
+            await asyncio.wait((stop, done), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            done.cancel()
+        if not exited.is_set() and ctx.abort is not None:
+            return await _terminate(ctx, proc, pidfd, exited, pipes, marker)
+        await pipes.drain(DRAIN_CAP_S)
+        code = proc.wait()
+        status = HostStatus.OK if code == 0 else HostStatus.ERROR
+        return HostResult(
+            status,
+            pipes.text,
+            data={"exit_code": code},
+            error=None if code == 0 else f"exit code {code}",
+        )
+    finally:
+        ctx.loop.remove_reader(pidfd)
+        os.close(pidfd)
+        pipes.close()
+        if proc.returncode is None:
+            proc.kill()  # only reached if we were cancelled ourselves; the group is still ours
+            proc.wait()
+
+
+async def _terminate(
+    ctx: ToolContext,
+    proc: subprocess.Popen[bytes],
+    pidfd: int,
+    exited: asyncio.Event,
+    pipes: _Pipes,
+    marker: str,
+) -> HostResult:
+    assert ctx.abort is not None
+    started = time.monotonic()
+    window = max(ctx.abort.grace_s - ANSWER_MARGIN_S, ctx.abort.grace_s / 2)
+    deadline = started + window
+    members = proctree.snapshot(proc.pid, marker)
+    proctree.signal_group(proc.pid, signal.SIGTERM)
+    proctree.signal_members(members, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(exited.wait(), timeout=max(deadline - time.monotonic(), 0))
+    ended_on_term = exited.is_set()
+    # Whatever is left at the window's end is killed: the group (its leader is unreaped, so the
+    # pgid is still ours) and every member of the tree, old snapshot and new.
+    members.update(proctree.snapshot(proc.pid, marker))
+    proctree.signal_group(proc.pid, signal.SIGKILL)
+    proctree.kill_all(members)
+    await pipes.drain(min(DRAIN_CAP_S, max(deadline - time.monotonic(), 0.01)))
+    code = proc.wait()
+    members.pop(proc.pid, None)
+    kill_deadline = time.monotonic() + KILL_WAIT_S
+    left = proctree.alive(members)
+    while left and time.monotonic() < kill_deadline:
+        proctree.kill_all(left)
+        await asyncio.sleep(0.01)  # polling: a process that is not our child has no exit event
+        left = proctree.alive(left)
+    return HostResult(
+        HostStatus.ABORTED,
+        pipes.text,
+        error=names.TOOL_ABORTED,
+        data={
+            "exit_code": code,
+            "terminated_by": "SIGTERM" if ended_on_term else "SIGKILL",
+            "survivors": sorted(left),
+            "stop_to_exit_s": time.monotonic() - started,
+        },
+    )
+
+
+async def bash(ctx: ToolContext) -> HostResult:
+    """``bash -c command``, stdout and stderr captured; ``cwd`` optional."""
+    command = ctx.args.get("command")
+    if not isinstance(command, str):
+        raise ToolArgumentError(f"argument 'command' must be str, got {command!r}")
+    cwd = ctx.args.get("cwd")
+    return await run_process(
+        ctx, ["bash", "-c", command], cwd=cwd if isinstance(cwd, str) else None
+    )
+
+
+async def generate_images(ctx: ToolContext) -> HostResult:
+    """Render a real PNG in a subprocess: ``prompt``, ``out`` (path), ``size``, ``steps``."""
+    out = ctx.args.get("out")
+    if not isinstance(out, str):
+        raise ToolArgumentError(f"argument 'out' must be str (a .png path), got {out!r}")
+    size = int(ctx.args.get("size", 64))
+    steps = int(ctx.args.get("steps", 1))
+    prompt = str(ctx.args.get("prompt", ""))
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "turnwatch.runtime.tools.render",
+        out,
+        str(size),
+        str(steps),
+        prompt,
+    ]
+    return await run_process(ctx, argv)

@@ -1,0 +1,115 @@
+"""Shared fixtures: real processes are waited for, cleaned up at once, and checked gone."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from turnwatch.runtime import LocalHost, MemorySink, Runtime
+
+#: Every test grace window is short; one test checks the default.
+GRACE = 0.6
+
+
+def wait_until(cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll ``cond`` until true (processes have no event to wait on); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+async def until(cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
+    """Async :func:`wait_until`: lets the loop run while polling."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+class Procs:
+    """Processes a test knows about, as (pid, create_time); all must be gone at the end."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, float] = {}
+
+    def track(self, pid: int) -> psutil.Process:
+        proc = psutil.Process(pid)
+        self.known[pid] = proc.create_time()
+        return proc
+
+    def alive(self) -> list[int]:
+        out = []
+        for pid, ct in self.known.items():
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(pid)
+                if p.create_time() == ct and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+        return out
+
+    def kill_all(self) -> None:
+        for pid in self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in list(self.known):
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+@pytest.fixture
+def procs() -> Iterator[Procs]:
+    """Track spawned processes; kill survivors at teardown (the test asserts gone itself)."""
+    p = Procs()
+    yield p
+    p.kill_all()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_reaper() -> Iterator[None]:
+    """At the end, no process started under the test run may survive (marked by the host)."""
+    yield
+    me = psutil.Process()
+    leftovers = []
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "TURNWATCH_CALL" in child.environ() and child.status() != psutil.STATUS_ZOMBIE:
+                leftovers.append(child)
+                child.kill()
+    assert not leftovers, f"tool processes survived the test run: {leftovers}"
+
+
+@pytest.fixture
+def sink() -> MemorySink:
+    return MemorySink()
+
+
+@pytest.fixture
+async def runtime(sink: MemorySink) -> Runtime:
+    return Runtime(LocalHost(), grace_s=GRACE, sink=sink)
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Iterator[Path]:
+    """A named pipe: a read-only worker opening it blocks, like a hung mount, until released."""
+    path = tmp_path / "hung.fifo"
+    os.mkfifo(path)
+    yield path
+    release_fifo(path)
+
+
+def release_fifo(path: Path, data: bytes = b"late line\n") -> None:
+    """Let a worker blocked on ``path`` finish (open for writing without blocking if no reader)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(fd, data)
+        os.close(fd)

@@ -1,0 +1,205 @@
+"""Hypothesis interleaves stops, repeated stops, permission answers, results and new turns.
+
+The host here is scripted, not real: it is the one part we replace, because the point is to let
+hypothesis decide *when* each tool finishes. It records the truth the invariants are checked
+against: which calls it started, which are still running, which aborts it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from turnwatch.runtime import (
+    AbortRequest,
+    ExecuteRequest,
+    HostResult,
+    HostStatus,
+    MemorySink,
+    Runtime,
+    Started,
+    ToolClass,
+)
+from turnwatch.runtime.protocol import MessageCallback
+from turnwatch.testing import InvariantChecker
+
+TOOLS = ["Grep", "Read", "Bash", "Write", "Edit", "mcp__fs__write"]
+
+
+class ScriptedHost:
+    """Runs nothing; a call ends when the test says so, or at once when a race/grace stops."""
+
+    def __init__(self) -> None:
+        self.running: dict[tuple[str, str, str], tuple[ExecuteRequest, asyncio.Future[Any]]] = {}
+        self.started: list[ExecuteRequest] = []
+        self.aborts: list[AbortRequest] = []
+
+    async def execute(self, request: ExecuteRequest, notify: MessageCallback) -> HostResult:
+        key = (request.session, request.call_id, request.tool)
+        done: asyncio.Future[HostResult] = asyncio.get_running_loop().create_future()
+        self.running[key] = (request, done)
+        self.started.append(request)
+        notify(Started())
+        try:
+            return await done
+        finally:
+            self.running.pop(key, None)
+
+    def abort(self, request: AbortRequest) -> None:
+        self.aborts.append(request)
+        entry = self.running.get((request.session, request.call_id, request.tool))
+        if entry is None:
+            return
+        req, done = entry
+        # Read-only and process tools honour the cancel; mutating and extension ones run on.
+        if req.tool_class in (ToolClass.READ_ONLY, ToolClass.PROCESS) and not done.done():
+            done.set_result(HostResult(HostStatus.ABORTED, "partial"))
+
+    def finish(self, key: tuple[str, str, str]) -> None:
+        entry = self.running.get(key)
+        if entry and not entry[1].done():
+            entry[1].set_result(HostResult(HostStatus.OK, "done"))
+
+
+class StopMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.host = ScriptedHost()
+        self.sink = MemorySink()
+        self.checker = InvariantChecker()
+        self.asks: set[str] = set()
+
+        def sink(ev: Any) -> None:
+            self.sink(ev)
+            self.checker(ev)
+
+        async def make() -> Runtime:
+            return Runtime(
+                self.host,
+                grace_s=0.01,
+                sink=sink,
+                max_running=2,
+                ask_permission=lambda tool, _c: tool in self.asks,
+            )
+
+        self.rt = self.loop.run_until_complete(make())
+        self.sessions = ["a", "b"]
+        self.handles: list[Any] = []
+        self.tasks: list[asyncio.Future[Any]] = []
+
+    def teardown(self) -> None:
+        for _req, fut in list(self.host.running.values()):
+            if not fut.done():
+                fut.set_result(HostResult(HostStatus.OK))
+        self.spin(20)
+        for t in self.tasks:
+            t.cancel()
+        self.loop.run_until_complete(asyncio.sleep(0))
+
+        async def cancel_rest() -> None:
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+        self.loop.run_until_complete(cancel_rest())
+        self.loop.close()
+
+    def do(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        """Run a runtime call inside the machine's loop (the runtime needs a running loop)."""
+
+        async def inside() -> Any:
+            return fn(*args, **kw)
+
+        return self.loop.run_until_complete(inside())
+
+    def spin(self, n: int = 3) -> None:
+        for _ in range(n):
+            self.loop.run_until_complete(asyncio.sleep(0))
+
+    def live(self, s: str) -> Any:
+        return self.rt.sessions[s].live if s in self.rt.sessions else None
+
+    @rule(s=st.sampled_from(["a", "b"]))
+    def start_turn(self, s: str) -> None:
+        if self.live(s) is None:
+            self.do(self.rt.start_turn, s)
+
+    @rule(s=st.sampled_from(["a", "b"]), tool=st.sampled_from(TOOLS), ask=st.booleans())
+    def request(self, s: str, tool: str, ask: bool) -> None:
+        turn = self.live(s)
+        if turn is None:
+            return
+        (self.asks.add if ask else self.asks.discard)(tool)
+        self.handles.append(self.do(turn.request, tool, {}))
+        self.spin()
+
+    @precondition(lambda self: self.handles)
+    @rule(data=st.data(), approve=st.booleans())
+    def answer(self, data: st.DataObject, approve: bool) -> None:
+        h = data.draw(st.sampled_from(self.handles))
+        sess = h._call.session
+        if h._call.prompt is not None:
+            self.do(self.rt.answer_permission, sess, h.call_id, approve)
+        self.spin()
+
+    @precondition(lambda self: self.host.running)
+    @rule(data=st.data())
+    def host_finishes(self, data: st.DataObject) -> None:
+        self.host.finish(data.draw(st.sampled_from(sorted(self.host.running))))
+        self.spin()
+
+    @rule(s=st.sampled_from(["a", "b"]), source=st.sampled_from(["ui", "keyboard", "watchdog"]))
+    def stop(self, s: str, source: str) -> None:
+        if s in self.rt.sessions:
+            self.tasks.append(self.loop.create_task(self.rt.abort(s, source=source)))
+        self.spin()
+
+    @rule(s=st.sampled_from(["a", "b"]))
+    def finish_turn(self, s: str) -> None:
+        turn = self.live(s)
+        if turn is not None:
+            self.tasks.append(self.loop.create_task(turn.finish()))
+        self.spin()
+
+    @rule()
+    def time_passes(self) -> None:
+        self.loop.run_until_complete(asyncio.sleep(0.012))  # past the 10 ms grace window
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        assert self.checker.violations == [], self.checker.violations
+        started = {(r.session, r.call_id) for r in self.host.started}
+        for sess in self.rt.sessions.values():
+            for turn in sess.turns.values():
+                for call in turn.calls.values():
+                    key = (sess.id, call.call_id)
+                    # 2: a call stopped before it started never starts.
+                    if (call.result.done() and call.result.result().outcome in ("refused",)) or (
+                        call.phase == "aborted" and key not in started
+                    ):
+                        assert key not in started or call.exec_task is not None
+                    if not turn.settled.done():
+                        continue
+                    # 1: settled => no open prompt, no started awaited call still on the host.
+                    assert call.prompt is None or not call.prompt.open
+                    if call.tool_class in (ToolClass.MUTATING, ToolClass.EXTENSION):
+                        assert (sess.id, call.call_id, call.tool) not in self.host.running
+        # 4: every abort the host received names a call that exists with that tool and turn.
+        for a in self.host.aborts:
+            call = self.rt.sessions[a.session].turns[a.turn].calls[a.call_id]
+            assert call.tool == a.tool
+
+
+StopMachine.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestStopMachine = StopMachine.TestCase
