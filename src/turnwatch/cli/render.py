@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from turnwatch.cli.scenario import DemoReport
+from turnwatch.tracing.view import SessionView
 
 _OUTCOME_STYLE = {
     "discarded": "cyan",
@@ -33,13 +34,59 @@ def demo_report(console: Console, report: DemoReport) -> None:
         table.add_column(col)
     for c in report.calls:
         style = _OUTCOME_STYLE.get(c.outcome, "")
-        table.add_row(c.session, c.tool, c.tool_class, c.policy, f"[{style}]{c.outcome}[/]",
-                      seconds(c.stop_to_settle_s), c.detail)
+        table.add_row(
+            c.session,
+            c.tool,
+            c.tool_class,
+            c.policy,
+            f"[{style}]{c.outcome}[/]",
+            seconds(c.stop_to_settle_s),
+            c.detail,
+        )
     console.print(table)
     summary = Table(title="Stop → settle per session", title_justify="left")
     for col in ("session", "mode", "stop → settle", "recovered by watchdog"):
         summary.add_column(col)
     for sess, value in report.settle_s.items():
-        summary.add_row(sess, report.modes[sess], seconds(value),
-                        "yes" if report.recovered.get(sess) else "no")
+        summary.add_row(
+            sess, report.modes[sess], seconds(value), "yes" if report.recovered.get(sess) else "no"
+        )
     console.print(summary)
+
+
+_STATE_STYLE = {"idle": "green", "processing": "cyan", "stopping": "yellow", "pinned": "bold red"}
+
+
+def ago(ts: float | None, now: float | None = None) -> str:
+    """``3m 12s ago`` style."""
+    import time
+
+    if ts is None:
+        return "-"
+    secs = max(0, int((now or time.time()) - ts))
+    if secs < 60:
+        return f"{secs}s ago"
+    if secs < 3600:
+        return f"{secs // 60}m {secs % 60:02d}s ago"
+    return f"{secs // 3600}h {secs % 3600 // 60:02d}m ago"
+
+
+def sessions_table(console: Console, rows: list[SessionView]) -> None:
+    """``turnwatch sessions``."""
+    if not rows:
+        console.print("no sessions in this ledger")
+        return
+    table = Table(title_justify="left")
+    for col in ("session", "state", "turn", "since", "mode", "findings"):
+        table.add_column(col)
+    for r in rows:
+        style = _STATE_STYLE.get(r.state, "")
+        table.add_row(
+            r.session,
+            f"[{style}]{r.state}[/]",
+            r.turn or "-",
+            ago(r.since),
+            r.mode or "unknown",
+            ", ".join(r.findings) or "-",
+        )
+    console.print(table)

@@ -35,8 +35,9 @@ def make_tree(root: Path, links: int = TREE_LINKS) -> Path:
     tree.mkdir(parents=True, exist_ok=True)
     body = root / "body.txt"
     if not body.exists():
-        body.write_text("const handler = require('./handler');  // no match here\n"
-                        * TREE_FILE_LINES)
+        body.write_text(
+            "const handler = require('./handler');  // no match here\n" * TREE_FILE_LINES
+        )
     for i in range(links):
         link = tree / f"pkg{i // 100:03d}" / f"mod{i:05d}.js"
         link.parent.mkdir(exist_ok=True)
@@ -67,28 +68,46 @@ class DemoReport:
     modes: dict[str, str] = field(default_factory=dict)
     recovered: dict[str, bool] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
+    ledger: str | None = None  # where the events were kept, when the user asked for a ledger
 
     def to_json(self) -> dict[str, Any]:
         return {
             "calls": [c.__dict__ for c in self.calls],
-            "sessions": {s: {"mode": self.modes[s], "stop_to_settle_s": t,
-                             "recovered_by_watchdog": self.recovered.get(s, False)}
-                         for s, t in self.settle_s.items()},
+            "sessions": {
+                s: {
+                    "mode": self.modes[s],
+                    "stop_to_settle_s": t,
+                    "recovered_by_watchdog": self.recovered.get(s, False),
+                }
+                for s, t in self.settle_s.items()
+            },
         }
 
 
 def _stop_offsets(events: list[Event], session: str) -> tuple[int | None, int | None]:
-    start = next((e.mono_ns for e in events if e.session == session
-                  and e.kind in (names.STOP_CLICKED, names.ABORT_RPC_RECEIVED)), None)
-    settled = next((e.mono_ns for e in events if e.session == session
-                    and e.kind == names.TURN_SETTLED), None)
+    start = next(
+        (
+            e.mono_ns
+            for e in events
+            if e.session == session and e.kind in (names.STOP_CLICKED, names.ABORT_RPC_RECEIVED)
+        ),
+        None,
+    )
+    settled = next(
+        (e.mono_ns for e in events if e.session == session and e.kind == names.TURN_SETTLED), None
+    )
     return start, settled
 
 
-async def run_demo(*, grace_s: float = 2.0, workdir: Path | None = None,
-                   sink: EventSink | None = None, pin_for_s: float = 1.5,
-                   recover: Callable[[Runtime, str], Any] | None = None,
-                   say: Callable[[str], None] = lambda _m: None) -> DemoReport:
+async def run_demo(
+    *,
+    grace_s: float = 2.0,
+    workdir: Path | None = None,
+    sink: EventSink | None = None,
+    pin_for_s: float = 1.5,
+    recover: Callable[[Runtime, str], Any] | None = None,
+    say: Callable[[str], None] = lambda _m: None,
+) -> DemoReport:
     """Run the scenario; ``recover`` is the watchdog step for the pinned legacy session."""
     memory = MemorySink()
     out = FanOut(memory, sink) if sink is not None else memory
@@ -104,13 +123,16 @@ async def run_demo(*, grace_s: float = 2.0, workdir: Path | None = None,
     turn = adr.start_turn("demo-adr")
     handles = {
         "Grep": turn.request("Grep", {"pattern": "TODO\\(stop\\)", "path": str(tree)}),
-        "Bash": turn.request("Bash", {"command": "trap '' TERM; (sleep 600 &); "
-                                      "echo building; while :; do sleep 1; done"}),
+        "Bash": turn.request(
+            "Bash",
+            {"command": "trap '' TERM; (sleep 600 &); echo building; while :; do sleep 1; done"},
+        ),
         "Write (permission pending)": turn.request(
-            "Write", {"path": str(tmp / "never-approved.txt"), "content": "x"}),
+            "Write", {"path": str(tmp / "never-approved.txt"), "content": "x"}
+        ),
         "GenerateImages": turn.request(
-            "GenerateImages", {"prompt": "a stop sign", "out": str(tmp / "stop.png"),
-                               "steps": 1000}),
+            "GenerateImages", {"prompt": "a stop sign", "out": str(tmp / "stop.png"), "steps": 1000}
+        ),
     }
     say("session demo-legacy (mode legacy): a long Grep")
     lturn = legacy.start_turn("demo-legacy")
@@ -138,12 +160,26 @@ async def run_demo(*, grace_s: float = 2.0, workdir: Path | None = None,
         call = h._call
         sess = call.session
         start, _ = _stop_offsets(memory.events, sess)
-        end = next((e.mono_ns for e in memory.events if e.call == h.call_id and e.kind in (
-            names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED)), None)
-        report.calls.append(CallReport(
-            sess, label, call.tool_class.value, call.policy.value, res.outcome.value,
-            ((end or 0) - (start or 0)) / 1e9 if start and end else 0.0,
-            detail=_detail(res)))
+        end = next(
+            (
+                e.mono_ns
+                for e in memory.events
+                if e.call == h.call_id
+                and e.kind in (names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED)
+            ),
+            None,
+        )
+        report.calls.append(
+            CallReport(
+                sess,
+                label,
+                call.tool_class.value,
+                call.policy.value,
+                res.outcome.value,
+                ((end or 0) - (start or 0)) / 1e9 if start and end else 0.0,
+                detail=_detail(res),
+            )
+        )
     for rt, sess in ((adr, "demo-adr"), (legacy, "demo-legacy")):
         start, settled = _stop_offsets(memory.events, sess)
         report.settle_s[sess] = ((settled or 0) - (start or 0)) / 1e9

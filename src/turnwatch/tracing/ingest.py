@@ -1,0 +1,127 @@
+"""JSON-line events of a foreign runtime, validated against the shipped JSON Schema.
+
+A bad line is reported with its number and reason and skipped; every good line is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import IO, Any
+
+from jsonschema import Draft202012Validator
+
+from turnwatch.runtime.events import Event, EventSink
+
+#: A longer line is refused without being parsed (a runaway writer, a binary file).
+MAX_LINE_BYTES = 1024 * 1024
+MAX_REPORTED = 1000
+
+
+@cache
+def validator() -> Draft202012Validator:
+    """The validator for one event line (the schema ships in the package)."""
+    text = resources.files("turnwatch.tracing").joinpath("event.schema.json").read_text()
+    schema = json.loads(text)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+@dataclass
+class BadLine:
+    """A rejected line: where, and why."""
+
+    lineno: int
+    reason: str
+
+
+@dataclass
+class IngestReport:
+    """What one ingest did."""
+
+    good: int = 0
+    bad: list[BadLine] = field(default_factory=list)
+    bad_count: int = 0
+
+    def reject(self, lineno: int, reason: str) -> None:
+        self.bad_count += 1
+        if len(self.bad) < MAX_REPORTED:
+            self.bad.append(BadLine(lineno, reason))
+
+
+def parse_line(raw: bytes, lineno: int) -> Event | BadLine | None:
+    """One line → an event, a :class:`BadLine`, or None for a blank line."""
+    if len(raw) > MAX_LINE_BYTES:
+        return BadLine(lineno, f"line is {len(raw)} bytes, over the {MAX_LINE_BYTES} limit")
+    text = raw.strip()
+    if not text:
+        return None
+    try:
+        obj: Any = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return BadLine(lineno, f"not JSON: {exc}")
+    errors = sorted(validator().iter_errors(obj), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = "/".join(str(p) for p in err.absolute_path) or "(line)"
+        return BadLine(lineno, f"{where}: {err.message}")
+    return Event(
+        kind=obj["kind"],
+        session=obj["session"],
+        ts_unix=float(obj["ts"]),
+        mono_ns=obj.get("mono_ns"),
+        turn=obj.get("turn"),
+        call=obj.get("call"),
+        tool=obj.get("tool"),
+        attrs=obj.get("attrs") or {},
+        trace_id=obj.get("trace_id"),
+        span_id=obj.get("span_id"),
+    )
+
+
+def _lines(
+    stream: IO[bytes], follow: bool, poll_s: float, stop: Callable[[], bool]
+) -> Iterator[bytes]:
+    pending = b""
+    while True:
+        chunk = stream.readline()
+        if chunk:
+            pending += chunk
+            if pending.endswith(b"\n"):
+                yield pending
+                pending = b""
+            continue
+        if not follow or stop():
+            if pending:
+                yield pending  # a last line without a newline
+            return
+        time.sleep(poll_s)  # a growing file: wait for more (a pipe ends with EOF instead)
+
+
+def ingest(
+    stream: IO[bytes],
+    sink: EventSink,
+    *,
+    follow: bool = False,
+    poll_s: float = 0.2,
+    stop: Callable[[], bool] = lambda: False,
+    on_bad: Callable[[BadLine], None] | None = None,
+) -> IngestReport:
+    """Feed every good line of ``stream`` to ``sink``; report the bad ones."""
+    report = IngestReport()
+    for lineno, raw in enumerate(_lines(stream, follow, poll_s, stop), start=1):
+        parsed = parse_line(raw, lineno)
+        if parsed is None:
+            continue
+        if isinstance(parsed, BadLine):
+            report.reject(parsed.lineno, parsed.reason)
+            if on_bad is not None:
+                on_bad(parsed)
+            continue
+        sink(parsed)
+        report.good += 1
+    return report

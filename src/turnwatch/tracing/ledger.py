@@ -1,0 +1,326 @@
+"""The ledger: every event, append-only, in a SQLite file (WAL).
+
+The stop path only enqueues: one writer thread commits in batches, so the event loop never waits
+on disk. Readers in other processes (the CLI, the watchdog) read while it writes. Besides the
+events, the writer maintains two summary tables (``sessions``, ``calls``) in the same
+transaction, so the derived view stays fast on big ledgers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from turnwatch.runtime.events import Event
+from turnwatch.tracing.summary import Summary
+
+log = logging.getLogger("turnwatch.ledger")
+
+SCHEMA_VERSION = 1
+APPLICATION = "turnwatch"
+BATCH_MAX = 2000
+#: How often the writer retries a failed batch before it counts the events lost.
+WRITE_RETRIES = 3
+BUSY_TIMEOUT_S = 5.0
+
+_SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts_unix REAL NOT NULL,
+    mono_ns INTEGER,
+    session TEXT NOT NULL,
+    turn TEXT,
+    call TEXT,
+    tool TEXT,
+    kind TEXT NOT NULL,
+    attrs_json TEXT NOT NULL DEFAULT '{}',
+    trace_id TEXT,
+    span_id TEXT,
+    dedup TEXT UNIQUE
+);
+CREATE INDEX IF NOT EXISTS events_by_session ON events (session, seq);
+CREATE INDEX IF NOT EXISTS events_by_turn ON events (turn, seq);
+"""
+    + Summary.SCHEMA
+)
+
+
+class LedgerError(Exception):
+    """A ledger that cannot be used; the message names the file and the cause."""
+
+
+def default_path() -> Path:
+    """``$TURNWATCH_LEDGER``, else ``$XDG_STATE_HOME/turnwatch/ledger.sqlite3``."""
+    if os.environ.get("TURNWATCH_LEDGER"):
+        return Path(os.environ["TURNWATCH_LEDGER"])
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "turnwatch" / "ledger.sqlite3"
+
+
+def dedup_key(ev: Event) -> str:
+    """A stable identity for an ingested event: ingesting a file twice adds nothing twice."""
+    body = json.dumps(
+        [ev.ts_unix, ev.kind, ev.session, ev.turn, ev.call, ev.tool, ev.attrs],
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
+    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+
+
+def _check(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a foreign or newer file: never write into it."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not tables:
+        return
+    if "meta" not in tables:
+        raise LedgerError(f"{path}: not a turnwatch ledger (tables: {', '.join(sorted(tables))})")
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("application") != APPLICATION:
+        raise LedgerError(
+            f"{path}: not a turnwatch ledger (application {meta.get('application')!r})"
+        )
+    version = int(meta.get("schema_version", "0"))
+    if version > SCHEMA_VERSION:
+        raise LedgerError(
+            f"{path}: written by a newer turnwatch (schema {version}, this one "
+            f"reads {SCHEMA_VERSION}); upgrade turnwatch"
+        )
+
+
+def connect(
+    path: Path, *, readonly: bool = False, busy_timeout_s: float = BUSY_TIMEOUT_S
+) -> sqlite3.Connection:
+    """A checked connection; errors name the file and the cause."""
+    try:
+        if readonly:
+            if not path.exists():
+                raise LedgerError(f"{path}: no ledger here (set --ledger or $TURNWATCH_LEDGER)")
+            conn = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s, check_same_thread=False
+            )
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
+            )
+        conn.row_factory = sqlite3.Row
+        _check(conn, path)
+        if not readonly:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('application', ?)", (APPLICATION,))
+            conn.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        return conn
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(f"{path}: unreadable ledger ({exc})") from None
+    except OSError as exc:
+        raise LedgerError(f"{path}: cannot open ({exc.strerror or exc})") from None
+
+
+def _row(ev: Event, dedup: str | None) -> tuple[Any, ...]:
+    return (
+        ev.ts_unix,
+        ev.mono_ns,
+        ev.session,
+        ev.turn,
+        ev.call,
+        ev.tool,
+        ev.kind,
+        json.dumps(dict(ev.attrs), separators=(",", ":"), default=str) if ev.attrs else "{}",
+        ev.trace_id,
+        ev.span_id,
+        dedup,
+    )
+
+
+_INSERT = (
+    "INSERT INTO events (ts_unix, mono_ns, session, turn, call, tool, kind, attrs_json, "
+    "trace_id, span_id, dedup) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+)
+
+
+def write_batch(
+    conn: sqlite3.Connection, summary: Summary, batch: list[tuple[Event, str | None]]
+) -> int:
+    """Insert a batch and update the summaries in one transaction; returns rows added."""
+    keys = [k for _e, k in batch if k is not None]
+    seen: set[str] = set()
+    if keys:
+        for i in range(0, len(keys), 500):
+            part = keys[i : i + 500]
+            seen.update(
+                r[0]
+                for r in conn.execute(
+                    f"SELECT dedup FROM events WHERE dedup IN ({','.join('?' * len(part))})", part
+                )
+            )
+    fresh: list[tuple[Event, str | None]] = []
+    for ev, key in batch:
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        fresh.append((ev, key))
+    if not fresh:
+        return 0
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany(_INSERT, [_row(ev, key) for ev, key in fresh])
+        summary.apply(conn, [ev for ev, _k in fresh])
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return len(fresh)
+
+
+class Ledger:
+    """The writer side: ``append`` enqueues, a thread commits. Use as an event sink."""
+
+    def __init__(
+        self, path: Path | str | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S
+    ) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self._conn = connect(self.path, busy_timeout_s=busy_timeout_s)
+        self._summary = Summary()
+        self._queue: queue.SimpleQueue[tuple[Event, str | None] | threading.Event | None] = (
+            queue.SimpleQueue()
+        )
+        # Events that could not be written (disk full, file locked beyond the retries).
+        self.lost = 0
+        # Events committed by this writer.
+        self.written = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="turnwatch-ledger", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def __call__(self, event: Event) -> None:
+        self.append(event)
+
+    def append(self, event: Event, *, dedup: bool = False) -> None:
+        """Enqueue one event (never blocks on disk)."""
+        if self._closed:
+            self._lose(1, "ledger closed")
+            return
+        self._queue.put((event, dedup_key(event) if dedup else None))
+
+    def extend(self, events: Iterable[Event], *, dedup: bool = False) -> None:
+        for ev in events:
+            self.append(ev, dedup=dedup)
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait until everything enqueued so far is committed (or counted lost)."""
+        if self._closed or not self._thread.is_alive():
+            return True
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    def close(self) -> None:
+        """Flush and stop the writer; idempotent, and registered to run at exit."""
+        if self._closed:
+            return
+        self.flush()
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+        atexit.unregister(self.close)
+
+    def _lose(self, n: int, why: str) -> None:
+        self.lost += n
+        log.error("turnwatch ledger %s: %d event(s) could not be written: %s", self.path, n, why)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch: list[tuple[Event, str | None]] = []
+            waiters: list[threading.Event] = []
+            stop = False
+            while True:
+                if item is None:
+                    stop = True
+                elif isinstance(item, threading.Event):
+                    waiters.append(item)
+                else:
+                    batch.append(item)
+                if len(batch) >= BATCH_MAX:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                self._commit(batch)
+            for w in waiters:
+                w.set()
+            if stop:
+                return
+
+    def _commit(self, batch: list[tuple[Event, str | None]]) -> None:
+        for attempt in range(WRITE_RETRIES):
+            try:
+                self.written += write_batch(self._conn, self._summary, batch)
+                return
+            except sqlite3.Error as exc:
+                if attempt == WRITE_RETRIES - 1:
+                    self._lose(len(batch), str(exc))
+                    return
+                time.sleep(0.05 * (attempt + 1))
+
+
+def read_events(
+    conn: sqlite3.Connection,
+    *,
+    after_seq: int = 0,
+    session: str | None = None,
+    turn: str | None = None,
+    limit: int | None = None,
+) -> Iterator[tuple[int, Event]]:
+    """Events in order, as ``(seq, Event)``."""
+    sql = "SELECT * FROM events WHERE seq > ?"
+    args: list[Any] = [after_seq]
+    if session is not None:
+        sql += " AND session = ?"
+        args.append(session)
+    if turn is not None:
+        sql += " AND turn = ?"
+        args.append(turn)
+    sql += " ORDER BY seq"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    for r in conn.execute(sql, args):
+        yield (
+            r["seq"],
+            Event(
+                kind=r["kind"],
+                session=r["session"],
+                ts_unix=r["ts_unix"],
+                mono_ns=r["mono_ns"],
+                turn=r["turn"],
+                call=r["call"],
+                tool=r["tool"],
+                attrs=json.loads(r["attrs_json"]),
+                trace_id=r["trace_id"],
+                span_id=r["span_id"],
+            ),
+        )

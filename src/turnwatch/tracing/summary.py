@@ -1,0 +1,217 @@
+"""Summary tables the ledger writer maintains: one row per session, one per call.
+
+They are derived from the events and updated in the same transaction, so a reader never sees one
+without the other; the view and the watchdog read them instead of replaying every event.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from turnwatch import names
+from turnwatch.runtime.events import Event
+from turnwatch.runtime.model import POLICY_OF, class_of
+
+_SESSION_COLS = (
+    "session",
+    "runtime_pid",
+    "runtime_create_time",
+    "control",
+    "mode",
+    "turn",
+    "turn_started",
+    "processing",
+    "stop_ts",
+    "stop_source",
+    "rpc_pending",
+    "settled_ts",
+    "outcome",
+    "cleared_ts",
+    "last_ts",
+)
+_CALL_COLS = (
+    "session",
+    "call",
+    "turn",
+    "tool",
+    "class",
+    "policy",
+    "requested_ts",
+    "started_ts",
+    "pid",
+    "create_time",
+    "abort_ts",
+    "ended_ts",
+    "outcome",
+    "last_progress_ts",
+    "prompt_open",
+    "reaped_ts",
+    "late_ts",
+    "granted_ts",
+)
+
+
+class Summary:
+    """Applies events to the summary rows; the writer thread owns it."""
+
+    SCHEMA: ClassVar[str] = f"""
+CREATE TABLE IF NOT EXISTS sessions ({", ".join(_SESSION_COLS)}, PRIMARY KEY (session));
+CREATE TABLE IF NOT EXISTS calls ({", ".join(_CALL_COLS)}, PRIMARY KEY (session, call));
+CREATE INDEX IF NOT EXISTS calls_live_pids ON calls (pid) WHERE pid IS NOT NULL;
+CREATE INDEX IF NOT EXISTS sessions_processing ON sessions (processing);
+"""
+
+    def __init__(self) -> None:
+        # Rows touched by the current batch only. Nothing is kept between batches: another
+        # writer (the watchdog beside the runtime) may have changed a row since, and the batch's
+        # transaction (BEGIN IMMEDIATE) is what makes the fresh read consistent.
+        self._sessions: dict[str, dict[str, Any]] = {}
+        self._calls: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def forget(self) -> None:
+        """Drop the rows of the last batch."""
+        self._sessions.clear()
+        self._calls.clear()
+
+    def apply(self, conn: sqlite3.Connection, events: Iterable[Event]) -> None:
+        """Update the rows ``events`` touch; call inside the batch's write transaction."""
+        self.forget()
+        dirty_s: set[str] = set()
+        dirty_c: set[tuple[str, str]] = set()
+        for ev in events:
+            s = self._session(conn, ev.session)
+            s["last_ts"] = max(s["last_ts"] or 0.0, ev.ts_unix)
+            dirty_s.add(ev.session)
+            if ev.call is not None:
+                c = self._call(conn, ev)
+                dirty_c.add((ev.session, ev.call))
+                _apply_call(c, ev, s)
+            _apply_session(s, ev)
+        conn.executemany(
+            _upsert("sessions", _SESSION_COLS),
+            [tuple(self._sessions[k][c] for c in _SESSION_COLS) for k in dirty_s],
+        )
+        conn.executemany(
+            _upsert("calls", _CALL_COLS),
+            [tuple(self._calls[k][c] for c in _CALL_COLS) for k in dirty_c],
+        )
+        self.forget()
+
+    def _session(self, conn: sqlite3.Connection, session: str) -> dict[str, Any]:
+        row = self._sessions.get(session)
+        if row is None:
+            found = conn.execute("SELECT * FROM sessions WHERE session = ?", (session,)).fetchone()
+            row = dict(found) if found else dict.fromkeys(_SESSION_COLS)
+            row["session"] = session
+            row["processing"] = row["processing"] or 0
+            row["rpc_pending"] = row["rpc_pending"] or 0
+            self._sessions[session] = row
+        return row
+
+    def _call(self, conn: sqlite3.Connection, ev: Event) -> dict[str, Any]:
+        assert ev.call is not None
+        key = (ev.session, ev.call)
+        row = self._calls.get(key)
+        if row is None:
+            found = conn.execute(
+                "SELECT * FROM calls WHERE session = ? AND call = ?", key
+            ).fetchone()
+            row = dict(found) if found else dict.fromkeys(_CALL_COLS)
+            row.update(session=ev.session, call=ev.call)
+            row["turn"] = row["turn"] or ev.turn
+            row["tool"] = row["tool"] or ev.tool
+            row["prompt_open"] = row["prompt_open"] or 0
+            self._calls[key] = row
+        return row
+
+
+def _upsert(table: str, cols: tuple[str, ...]) -> str:
+    return (
+        f"INSERT OR REPLACE INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    )
+
+
+def _apply_session(s: dict[str, Any], ev: Event) -> None:
+    kind, ts = ev.kind, ev.ts_unix
+    if kind == names.RUNTIME_STARTED:
+        s["runtime_pid"] = ev.attrs.get("pid")
+        s["runtime_create_time"] = ev.attrs.get("create_time")
+        s["control"] = ev.attrs.get("control")
+        s["mode"] = ev.attrs.get("mode") or s["mode"]
+        return
+    if ev.turn is not None and kind != names.TURN_STARTED and s["turn"] not in (None, ev.turn):
+        return  # an event of an older turn (a late result) does not move the session
+    if kind == names.TURN_STARTED:
+        s.update(
+            turn=ev.turn,
+            turn_started=ts,
+            processing=1,
+            stop_ts=None,
+            stop_source=None,
+            rpc_pending=0,
+            settled_ts=None,
+            outcome=None,
+            cleared_ts=None,
+        )
+    elif kind in (names.STOP_CLICKED, names.ABORT_RPC_RECEIVED):
+        if s["stop_ts"] is None:
+            s["stop_ts"] = ts
+            s["stop_source"] = ev.attrs.get("source")
+        if kind == names.ABORT_RPC_RECEIVED:
+            s["rpc_pending"] = 1
+    elif kind == names.ABORT_RPC_RETURNED:
+        s["rpc_pending"] = 0
+    elif kind == names.TURN_SETTLED:
+        if s["settled_ts"] is None:
+            s["settled_ts"] = ts
+            s["outcome"] = ev.attrs.get("outcome")
+    elif kind == names.PROCESSING_CLEARED:
+        s["processing"] = 0
+        s["cleared_ts"] = ts
+
+
+_ENDS = {names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED, names.TOOL_REFUSED}
+
+
+def _apply_call(c: dict[str, Any], ev: Event, s: dict[str, Any]) -> None:
+    kind, ts = ev.kind, ev.ts_unix
+    if kind == names.TOOL_REQUESTED:
+        cls = class_of(ev.tool or "", ev.attrs.get("class"))
+        c.update(requested_ts=ts, **{"class": cls.value}, policy=POLICY_OF[cls].value)
+    elif kind == names.PERMISSION_REQUESTED:
+        c["prompt_open"] = 1
+    elif kind in (names.PERMISSION_GRANTED, names.PERMISSION_DENIED, names.PERMISSION_CANCELLED):
+        c["prompt_open"] = 0
+        if kind == names.PERMISSION_GRANTED:
+            c["granted_ts"] = ts
+    elif kind == names.TOOL_STARTED:
+        c["started_ts"] = ts
+        if ev.attrs.get("pid") is not None:
+            c["pid"] = ev.attrs.get("pid")
+            c["create_time"] = ev.attrs.get("create_time")
+    elif kind == names.TOOL_PROGRESS:
+        c["last_progress_ts"] = ts
+    elif kind == names.TOOLS_ABORT_SENT:
+        c["abort_ts"] = c["abort_ts"] or ts
+    elif kind in _ENDS:
+        if c["ended_ts"] is None:
+            c["ended_ts"] = ts
+            c["outcome"] = ev.attrs.get("outcome") or (
+                "refused" if kind == names.TOOL_REFUSED else None
+            )
+        elif kind == names.TOOL_FINISHED:
+            c["late_ts"] = ts  # a second end: a result that outlived the runtime's wait
+    elif kind == names.PROCESS_REAPED:
+        c["reaped_ts"] = ts
+    if c["class"] is None:  # a foreign stream that never sent tool.requested
+        cls = class_of(ev.tool or "")
+        c["class"], c["policy"] = cls.value, POLICY_OF[cls].value
+    if (
+        s["settled_ts"] is not None
+        and c["turn"] == s["turn"]
+        and kind in (names.TOOL_STARTED, names.TOOL_PROGRESS, names.TOOL_FINISHED)
+        and ts > s["settled_ts"]
+    ):
+        c["late_ts"] = c["late_ts"] or ts

@@ -1,0 +1,214 @@
+"""The derived view the CLI and the watchdog read: sessions, their state, calls, a stop timeline."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnwatch import names
+from turnwatch.runtime.events import Event
+from turnwatch.tracing.ledger import read_events
+
+#: A stop whose ``agent.abort`` is still pending after this long pins the session.
+RPC_STUCK_AFTER_S = 15.0
+#: "processing" still set this long after the turn settled pins the session.
+CLEAR_LAG_S = 2.0
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a stop has taken too long; the watchdog's defaults (configurable)."""
+
+    rpc_stuck_s: float = RPC_STUCK_AFTER_S
+    clear_lag_s: float = CLEAR_LAG_S
+
+
+@dataclass
+class CallView:
+    """One call of a session's live or last turn."""
+
+    call: str
+    turn: str | None
+    tool: str | None
+    tool_class: str | None
+    policy: str | None
+    started_ts: float | None
+    pid: int | None
+    create_time: float | None
+    abort_ts: float | None
+    ended_ts: float | None
+    outcome: str | None
+    last_progress_ts: float | None
+    prompt_open: bool
+    reaped_ts: float | None
+    late_ts: float | None
+    granted_ts: float | None = None
+
+    @property
+    def open(self) -> bool:
+        """Not yet resolved by the runtime."""
+        return self.ended_ts is None
+
+
+@dataclass
+class SessionView:
+    """A session as the ledger shows it."""
+
+    session: str
+    state: str
+    turn: str | None
+    since: float | None
+    mode: str | None
+    runtime_pid: int | None
+    runtime_create_time: float | None
+    control: str | None
+    processing: bool
+    stop_ts: float | None
+    settled_ts: float | None
+    outcome: str | None
+    rpc_pending: bool
+    last_ts: float | None
+    calls: list[CallView] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "state": self.state,
+            "turn": self.turn,
+            "since": self.since,
+            "findings": list(self.findings),
+            "mode": self.mode,
+            "runtime_pid": self.runtime_pid,
+            "stop_ts": self.stop_ts,
+            "settled_ts": self.settled_ts,
+            "outcome": self.outcome,
+            "rpc_pending": self.rpc_pending,
+            "calls": [
+                {
+                    "call": c.call,
+                    "tool": c.tool,
+                    "class": c.tool_class,
+                    "policy": c.policy,
+                    "pid": c.pid,
+                    "outcome": c.outcome,
+                    "open": c.open,
+                }
+                for c in self.calls
+            ],
+        }
+
+
+def judge(row: Any, now: float, th: Thresholds) -> tuple[str, float | None]:
+    """The state of a session row, and since when it holds."""
+    if not row["processing"]:
+        return names.STATE_IDLE, row["cleared_ts"] or row["last_ts"]
+    stop, settled = row["stop_ts"], row["settled_ts"]
+    if settled is not None:
+        if now - settled > th.clear_lag_s:
+            return names.STATE_PINNED, settled  # settled, yet the spinner never cleared
+        return names.STATE_STOPPING, stop or settled
+    if stop is not None:
+        if now - stop > th.rpc_stuck_s:
+            return names.STATE_PINNED, stop  # the abort RPC is pending too long
+        return names.STATE_STOPPING, stop
+    return names.STATE_PROCESSING, row["turn_started"]
+
+
+def call_view(r: Any) -> CallView:
+    return CallView(
+        r["call"],
+        r["turn"],
+        r["tool"],
+        r["class"],
+        r["policy"],
+        r["started_ts"],
+        r["pid"],
+        r["create_time"],
+        r["abort_ts"],
+        r["ended_ts"],
+        r["outcome"],
+        r["last_progress_ts"],
+        bool(r["prompt_open"]),
+        r["reaped_ts"],
+        r["late_ts"],
+        r["granted_ts"],
+    )
+
+
+def sessions(
+    conn: sqlite3.Connection,
+    *,
+    now: float | None = None,
+    th: Thresholds = Thresholds(),
+    with_calls: bool = True,
+    only: str | None = None,
+) -> list[SessionView]:
+    """Every session (or one), with its state and its current turn's calls."""
+    now = time.time() if now is None else now
+    sql = "SELECT * FROM sessions"
+    args: tuple[Any, ...] = ()
+    if only is not None:
+        sql += " WHERE session = ?"
+        args = (only,)
+    out: list[SessionView] = []
+    for r in conn.execute(sql + " ORDER BY last_ts DESC", args):
+        state, since = judge(r, now, th)
+        out.append(
+            SessionView(
+                r["session"],
+                state,
+                r["turn"],
+                since,
+                r["mode"],
+                r["runtime_pid"],
+                r["runtime_create_time"],
+                r["control"],
+                bool(r["processing"]),
+                r["stop_ts"],
+                r["settled_ts"],
+                r["outcome"],
+                bool(r["rpc_pending"]),
+                r["last_ts"],
+            )
+        )
+    if with_calls and out:
+        by = {(s.session, s.turn): s for s in out}
+        q = "SELECT c.* FROM calls c JOIN sessions s ON c.session = s.session AND c.turn = s.turn"
+        if only is not None:
+            q += " WHERE c.session = ?"
+        for r in conn.execute(q, args):
+            sv = by.get((r["session"], r["turn"]))
+            if sv is not None:
+                sv.calls.append(call_view(r))
+    return out
+
+
+def recorded_processes(conn: sqlite3.Connection) -> list[tuple[str, CallView]]:
+    """Every call that recorded a process and was not reaped: the watchdog's candidates."""
+    return [
+        (r["session"], call_view(r))
+        for r in conn.execute("SELECT * FROM calls WHERE pid IS NOT NULL AND reaped_ts IS NULL")
+    ]
+
+
+def session_ids(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT session FROM sessions ORDER BY last_ts DESC")]
+
+
+def find_turn(conn: sqlite3.Connection, ident: str) -> tuple[str, str] | None:
+    """``(session, turn)`` for a session id (its current turn) or a turn id."""
+    row = conn.execute("SELECT session, turn FROM sessions WHERE session = ?", (ident,)).fetchone()
+    if row is not None and row["turn"] is not None:
+        return row["session"], row["turn"]
+    row = conn.execute(
+        "SELECT session, turn FROM events WHERE turn = ? LIMIT 1", (ident,)
+    ).fetchone()
+    return (row["session"], row["turn"]) if row else None
+
+
+def timeline(conn: sqlite3.Connection, session: str, turn: str) -> list[Event]:
+    """Every event of one turn, in order (the stop's timeline is its tail from the click)."""
+    return [ev for _seq, ev in read_events(conn, session=session, turn=turn)]

@@ -1,0 +1,258 @@
+"""Findings: what still pins a session after a stop (design §6), from one ledger read and one
+``/proc`` pass.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnwatch import names
+from turnwatch.tracing import view
+from turnwatch.tracing.view import CallView, SessionView, Thresholds
+from turnwatch.watchdog.procs import ProcessTable
+
+DEFAULT_GRACE_S = 10.0
+SLACK_S = 2.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """Thresholds (seconds). Defaults: the grace window + 2 s; 15 s for a pending abort RPC."""
+
+    grace_s: float = DEFAULT_GRACE_S
+    slack_s: float = SLACK_S
+    rpc_stuck_s: float = view.RPC_STUCK_AFTER_S
+    clear_lag_s: float = view.CLEAR_LAG_S
+    await_overdue_s: float | None = None  # default: grace + slack
+
+    @property
+    def past_grace_s(self) -> float:
+        return self.grace_s + self.slack_s
+
+    @property
+    def overdue_s(self) -> float:
+        return self.await_overdue_s if self.await_overdue_s is not None else self.past_grace_s
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.rpc_stuck_s, self.clear_lag_s)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing that still holds a session, and what recovery would do about it."""
+
+    kind: str
+    session: str
+    turn: str | None
+    call: str | None = None
+    tool: str | None = None
+    pid: int | None = None
+    create_time: float | None = None
+    since: float | None = None
+    detail: str = ""
+    action: str = "report"
+
+    @property
+    def key(self) -> tuple[str, str, str | None, int | None]:
+        """Identity across scans: a finding is reported once, not every interval."""
+        return (self.kind, self.session, self.call or self.turn, self.pid)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "session": self.session,
+            "turn": self.turn,
+            "call": self.call,
+            "tool": self.tool,
+            "pid": self.pid,
+            "since": self.since,
+            "detail": self.detail,
+            "action": self.action,
+        }
+
+
+@dataclass
+class ScanResult:
+    """One scan: its findings, and the process table it joined against."""
+
+    findings: list[Finding] = field(default_factory=list)
+    table: ProcessTable | None = None
+    duration_s: float = 0.0
+
+
+def _age(now: float, ts: float | None) -> float:
+    return now - ts if ts is not None else 0.0
+
+
+def scan(
+    conn: sqlite3.Connection,
+    *,
+    cfg: Config = Config(),
+    now: float | None = None,
+    table: ProcessTable | None = None,
+) -> ScanResult:
+    """Every finding the ledger and the live process table show now."""
+    started = time.perf_counter()
+    now = time.time() if now is None else now
+    table = table or ProcessTable.scan()
+    out: list[Finding] = []
+    live = sorted(table.procs)
+    # Recorded tool processes that may still run: only pids alive now, found via the index.
+    candidates: list[tuple[str, CallView]] = []
+    for i in range(0, len(live), 900):
+        part = live[i : i + 900]
+        candidates += [
+            (r["session"], view.call_view(r))
+            for r in conn.execute(
+                "SELECT * FROM calls WHERE reaped_ts IS NULL AND pid IN "
+                f"({','.join('?' * len(part))})",
+                part,
+            )
+        ]
+    runtimes = (
+        {
+            r["session"]: (r["runtime_pid"], r["runtime_create_time"])
+            for r in conn.execute("SELECT session, runtime_pid, runtime_create_time FROM sessions")
+        }
+        if candidates
+        else {}
+    )
+    for session, c in candidates:
+        if not table.alive(c.pid, c.create_time):
+            continue
+        rpid, rct = runtimes.get(session, (None, None))
+        if rpid is not None and not table.alive(rpid, rct):
+            out.append(
+                Finding(
+                    names.F_ORPHAN_TOOL_PROCESS,
+                    session,
+                    c.turn,
+                    c.call,
+                    c.tool,
+                    c.pid,
+                    c.create_time,
+                    c.started_ts,
+                    f"{c.tool} pid {c.pid} lives; its runtime pid {rpid} is gone",
+                    "terminate",
+                )
+            )
+        elif c.abort_ts is not None and _age(now, c.abort_ts) > cfg.past_grace_s:
+            out.append(
+                Finding(
+                    names.F_ABORTED_WITH_LIVE_PROCESS,
+                    session,
+                    c.turn,
+                    c.call,
+                    c.tool,
+                    c.pid,
+                    c.create_time,
+                    c.abort_ts,
+                    f"{c.tool} pid {c.pid} still alive "
+                    f"{_age(now, c.abort_ts) - cfg.grace_s:.0f} s after the grace "
+                    "window",
+                    "terminate",
+                )
+            )
+    for r in conn.execute("SELECT * FROM sessions WHERE processing = 1"):
+        state, since = view.judge(r, now, cfg.thresholds)
+        if state != names.STATE_PINNED:
+            continue
+        why = (
+            "the turn settled but processing was never cleared"
+            if r["settled_ts"]
+            else "the abort RPC is still pending"
+        )
+        out.append(
+            Finding(
+                names.F_PINNED_SESSION,
+                r["session"],
+                r["turn"],
+                since=since,
+                detail=why,
+                action="abort walk",
+            )
+        )
+        if r["rpc_pending"] and r["settled_ts"] is None:
+            out.append(
+                Finding(
+                    names.F_ABORT_RPC_STUCK,
+                    r["session"],
+                    r["turn"],
+                    since=since,
+                    detail=f"agent.abort pending {_age(now, since):.0f} s",
+                    action="abort walk",
+                )
+            )
+    for r in conn.execute(
+        "SELECT * FROM calls WHERE abort_ts IS NOT NULL AND ended_ts IS NULL "
+        "AND class IN ('mutating', 'extension')"
+    ):
+        c = view.call_view(r)
+        quiet = max(c.abort_ts or 0.0, c.last_progress_ts or 0.0)
+        if _age(now, quiet) > cfg.overdue_s:
+            out.append(
+                Finding(
+                    names.F_AWAIT_OVERDUE,
+                    r["session"],
+                    c.turn,
+                    c.call,
+                    c.tool,
+                    c.pid,
+                    c.create_time,
+                    c.abort_ts,
+                    f"{c.tool} ({c.tool_class}) silent {_age(now, quiet):.0f} s after "
+                    "the stop; awaited, never abandoned",
+                    "report (never abandoned)",
+                )
+            )
+    for r in conn.execute(
+        "SELECT c.*, s.stop_ts AS s_stop FROM calls c JOIN sessions s "
+        "ON c.session = s.session AND c.turn = s.turn "
+        "WHERE c.late_ts IS NOT NULL OR (c.granted_ts IS NOT NULL AND s.stop_ts IS NOT NULL "
+        "AND c.granted_ts > s.stop_ts)"
+    ):
+        c = view.call_view(r)
+        if c.late_ts is not None:
+            out.append(
+                Finding(
+                    names.F_ACTIVITY_AFTER_SETTLE,
+                    r["session"],
+                    c.turn,
+                    c.call,
+                    c.tool,
+                    c.pid,
+                    c.create_time,
+                    c.late_ts,
+                    f"{c.tool} reported activity after its turn settled",
+                )
+            )
+        if c.granted_ts is not None and r["s_stop"] is not None and c.granted_ts > r["s_stop"]:
+            out.append(
+                Finding(
+                    names.F_PERMISSION_AFTER_STOP,
+                    r["session"],
+                    c.turn,
+                    c.call,
+                    c.tool,
+                    since=c.granted_ts,
+                    detail=f"{c.tool} was approved after the stop",
+                )
+            )
+    return ScanResult(out, table, time.perf_counter() - started)
+
+
+def annotate_findings(
+    conn: sqlite3.Connection, *, cfg: Config = Config(), now: float | None = None
+) -> list[SessionView]:
+    """The sessions view with each session's findings filled in."""
+    now = time.time() if now is None else now
+    rows = view.sessions(conn, now=now, th=cfg.thresholds)
+    by = {r.session: r for r in rows}
+    for f in scan(conn, cfg=cfg, now=now).findings:
+        if f.session in by and f.kind not in by[f.session].findings:
+            by[f.session].findings.append(f.kind)
+    return rows

@@ -1,0 +1,104 @@
+"""Metrics scraped over real HTTP and parsed with prometheus_client's parsers."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from tests.conftest import GRACE, until
+from turnwatch import names
+from turnwatch.exporters import http
+from turnwatch.exporters.metrics import LiveCollector, LiveState, StopMetrics, tool_label
+from turnwatch.runtime import LocalHost, MemorySink, Runtime
+from turnwatch.tracing.pipeline import Telemetry
+from turnwatch.tracing.spans import SpanBuilder
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def endpoint(registry: CollectorRegistry) -> Iterator[str]:
+    server, port = http.serve(registry, "127.0.0.1:0")
+    yield f"http://127.0.0.1:{port}/metrics"
+    http.stop(server)
+
+
+def scrape(url: str) -> str:
+    req = urllib.request.Request(
+        url, headers={"Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+        return resp.read().decode()
+
+
+async def test_a_stop_is_scraped_with_exemplars(
+    registry: CollectorRegistry, endpoint: str, fifo: Path, tmp_path: Path
+) -> None:
+    metrics = StopMetrics(registry)
+    registry.register(LiveCollector(lambda: LiveState({"race": 1}, 2, 0)))
+    sink = MemorySink()
+    spans = SpanBuilder(TracerProvider().get_tracer("t"))
+    rt = Runtime(
+        LocalHost(),
+        grace_s=GRACE,
+        sink=Telemetry(spans=spans, observers=[metrics, sink]),
+        ask_permission=lambda tool, _c: tool == "Write",
+    )
+    turn = rt.start_turn("s")
+    turn.request("Grep", {"pattern": "x", "path": str(fifo)})
+    turn.request("Write", {"path": str(tmp_path / "w"), "content": "x"})
+    await until(lambda: sink.of(names.PERMISSION_REQUESTED), what="the prompt")
+    await rt.abort("s")
+
+    families = {f.name: f for f in text_string_to_metric_families(scrape(endpoint))}
+    settle = families[names.M_STOP_TO_SETTLE]
+    buckets = [s for s in settle.samples if s.name.endswith("_bucket")]
+    assert {s.labels["le"] for s in buckets} >= {"0.0001", "0.005", "10.0"}
+    hit = [s for s in buckets if s.exemplar is not None]
+    assert hit, "a stop_to_settle bucket must carry a trace-id exemplar"
+    assert hit[0].exemplar.labels["trace_id"] == sink.of(names.TURN_SETTLED)[0].trace_id
+    assert hit[0].labels["mode"] == "adr"
+    assert hit[0].labels["outcome"] == "aborted"
+    count = {
+        s.labels.get("mode"): s.value
+        for s in families[names.M_STOPS].samples
+        if s.name.endswith("_total")
+    }
+    assert count == {"adr": 1.0}
+    assert registry.get_sample_value(names.M_RESULTS_DISCARDED + "_total", {"tool": "Grep"}) == 1
+    assert registry.get_sample_value(names.M_PERMISSIONS_CANCELLED + "_total") == 1
+    assert registry.get_sample_value(names.M_PINNED) == 2
+    assert registry.get_sample_value(names.M_INFLIGHT, {"policy": "race"}) == 1
+    idle = registry.get_sample_value(names.M_STOP_TO_IDLE + "_count", {"mode": "adr"})
+    assert idle == 1
+
+
+def test_plain_prometheus_text_for_plain_scrapers(
+    registry: CollectorRegistry, endpoint: str
+) -> None:
+    StopMetrics(registry)
+    with urllib.request.urlopen(endpoint, timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        assert names.M_STOP_TO_SETTLE in resp.read().decode()
+
+
+def test_tool_labels_fold_extensions() -> None:
+    assert tool_label("Grep") == "Grep"
+    assert tool_label("mcp__github__create_issue") == "mcp"
+    assert tool_label("my_plugin_tool") == "plugin"
+    assert tool_label(None) == "plugin"
+
+
+def test_bad_address_is_a_clear_error(registry: CollectorRegistry) -> None:
+    with pytest.raises(ValueError, match="expected HOST:PORT"):
+        http.serve(registry, "9464")

@@ -1,0 +1,129 @@
+"""Foreign runtime events: validation, line numbers, nothing good lost, idempotent re-ingest."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from tests.streams import four_states, line, write
+from turnwatch.cli.app import app
+from turnwatch.runtime import MemorySink
+from turnwatch.tracing.ingest import MAX_LINE_BYTES, ingest, parse_line
+from turnwatch.tracing.ledger import connect
+
+runner = CliRunner()
+
+GOOD = line(1.0, "turn.started", "s", turn="t")
+
+
+def test_each_bad_line_is_reported_by_number_and_the_rest_kept(tmp_path: Path) -> None:
+    lines = [
+        GOOD,  # 1 good
+        "{not json",  # 2
+        json.dumps({"kind": "turn.started", "session": "s"}),  # 3 missing ts
+        json.dumps({"ts": "yesterday", "kind": "turn.started", "session": "s", "turn": "t"}),  # 4
+        line(2.0, "tool.teleported", "s"),  # 5 unknown kind
+        line(3.0, "tool.started", "s", turn="t"),  # 6 no call/tool
+        "",  # 7 blank: skipped
+        line(4.0, "turn.settled", "s", turn="t", attrs={"outcome": "completed"}),  # 8 good
+        '{"ts": 1, "kind": "turn.started", "session": "s", "x": "' + "y" * MAX_LINE_BYTES + '"}',
+        line(5.0, "processing.cleared", "s", turn="t"),  # 10 good
+    ]
+    src = write(tmp_path / "events.jsonl", lines)
+    db = tmp_path / "ledger.sqlite3"
+    result = runner.invoke(app, ["ingest", str(src), "--ledger", str(db)])
+    assert result.exit_code == 2
+    for n, why in [
+        (2, "not JSON"),
+        (3, "'ts' is a required property"),
+        (4, "ts: 'yesterday' is not of type 'number'"),
+        (5, "kind: 'tool.teleported'"),
+        (6, "'call' is a required property"),
+        (9, "over the 1048576 limit"),
+    ]:
+        assert f"events.jsonl:{n}: " in result.stderr
+        assert why in result.stderr
+    assert "ingested 3 event(s)" in result.stderr
+    conn = connect(db, readonly=True)
+    kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY seq")]
+    assert kinds == ["turn.started", "turn.settled", "processing.cleared"]
+
+
+def test_a_ten_megabyte_line_is_rejected_without_losing_neighbours() -> None:
+    big = b'{"ts": 1, "kind": "turn.started", "session": "' + b"s" * 10_000_000 + b'"}\n'
+    stream = io.BytesIO(GOOD.encode() + b"\n" + big + GOOD.encode() + b"\n")
+    sink = MemorySink()
+    report = ingest(stream, sink)
+    assert report.good == 2
+    assert [b.lineno for b in report.bad] == [2]
+
+
+def test_reingesting_the_same_file_adds_nothing(tmp_path: Path) -> None:
+    src = write(tmp_path / "events.jsonl", four_states())
+    db = tmp_path / "ledger.sqlite3"
+    assert runner.invoke(app, ["ingest", str(src), "--ledger", str(db)]).exit_code == 0
+    conn = connect(db, readonly=True)
+    first = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    assert runner.invoke(app, ["ingest", str(src), "--ledger", str(db)]).exit_code == 0
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == first == len(four_states())
+
+
+def test_follow_reads_a_growing_file(tmp_path: Path) -> None:
+    path = tmp_path / "grow.jsonl"
+    path.write_text(GOOD + "\n")
+    sink = MemorySink()
+    done = threading.Event()
+
+    def grow() -> None:
+        with path.open("a") as fh:
+            fh.write(line(2.0, "turn.settled", "s", turn="t", attrs={"outcome": "aborted"})[:20])
+            fh.flush()
+            time.sleep(0.1)  # half a line on disk: the reader must wait for the rest
+            fh.write(
+                line(2.0, "turn.settled", "s", turn="t", attrs={"outcome": "aborted"})[20:] + "\n"
+            )
+        while len(sink) < 2:
+            time.sleep(0.01)
+        done.set()
+
+    t = threading.Thread(target=grow)
+    t.start()
+    with path.open("rb") as fh:
+        report = ingest(fh, sink, follow=True, poll_s=0.01, stop=done.is_set)
+    t.join()
+    assert report.good == 2
+    assert report.bad == []
+
+
+def test_unreadable_source_and_ledger_are_exit_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["ingest", str(tmp_path / "missing.jsonl")])
+    assert result.exit_code == 2
+    assert "missing.jsonl: cannot read" in result.stderr
+    bad = tmp_path / "bad.sqlite3"
+    bad.write_bytes(b"garbage" * 1000)
+    src = write(tmp_path / "e.jsonl", [GOOD])
+    result = runner.invoke(app, ["ingest", str(src), "--ledger", str(bad)])
+    assert result.exit_code == 2
+    assert "bad.sqlite3: unreadable ledger" in result.stderr
+
+
+def test_parse_line_builds_the_event() -> None:
+    ev = parse_line(
+        line(
+            1.5,
+            "tool.started",
+            "s",
+            turn="t",
+            call="c",
+            tool="Bash",
+            attrs={"pid": 42, "create_time": 1.0},
+        ).encode(),
+        1,
+    )
+    assert not isinstance(ev, type(None))
+    assert getattr(ev, "attrs", None) == {"pid": 42, "create_time": 1.0}

@@ -1,0 +1,160 @@
+"""The ledger: real SQLite files, real writer processes, a real SIGKILL."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+from turnwatch import names
+from turnwatch.runtime.events import now_event
+from turnwatch.tracing.ledger import Ledger, LedgerError, connect, default_path, read_events
+
+
+def ev(kind: str, session: str = "s", **kw: object) -> object:
+    return now_event(kind, session, **kw)  # type: ignore[arg-type]
+
+
+def test_events_are_committed_in_order_with_wal(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "ledger.sqlite3"
+    ledger = Ledger(path)
+    for i in range(5):
+        ledger.append(
+            now_event(names.TOOL_PROGRESS, "s", turn="t", call="c", tool="Grep", attrs={"i": i})
+        )
+    ledger.close()
+    conn = connect(path, readonly=True)
+    assert [e.attrs["i"] for _s, e in read_events(conn)] == [0, 1, 2, 3, 4]
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "1"
+
+
+def test_default_path_follows_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TURNWATCH_LEDGER", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert default_path() == tmp_path / "turnwatch" / "ledger.sqlite3"
+    monkeypatch.setenv("TURNWATCH_LEDGER", str(tmp_path / "x.db"))
+    assert default_path() == tmp_path / "x.db"
+
+
+def test_newer_schema_is_refused_and_never_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    Ledger(path).close()
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match=r"ledger\.sqlite3: written by a newer turnwatch"):
+        Ledger(path)
+    assert path.read_bytes() == before
+
+
+def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as c:
+        c.execute("CREATE TABLE users (id INTEGER)")
+    with pytest.raises(LedgerError, match=r"app\.db: not a turnwatch ledger \(tables: users\)"):
+        Ledger(path)
+
+
+def test_corrupt_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    path.write_bytes(b"this is not a database, it is a grocery list\n" * 100)
+    with pytest.raises(LedgerError, match=r"ledger\.sqlite3: unreadable ledger"):
+        Ledger(path)
+    with pytest.raises(LedgerError, match="unreadable"):
+        connect(path, readonly=True)
+
+
+def test_a_locked_ledger_loses_loudly_and_counts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path, busy_timeout_s=0.05)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        with caplog.at_level(logging.ERROR, logger="turnwatch.ledger"):
+            ledger.append(now_event(names.TURN_STARTED, "s", turn="t"))
+            ledger.flush()
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert ledger.lost == 1
+    assert "could not be written" in caplog.text
+    assert str(path) in caplog.text
+    ledger.append(now_event(names.TURN_STARTED, "s", turn="t2"))
+    ledger.close()
+    assert ledger.written == 1  # the ledger works again once the lock is gone
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from turnwatch.runtime.events import now_event
+    from turnwatch.tracing.ledger import Ledger
+    ledger = Ledger(sys.argv[1])
+    i = 0
+    while True:
+        for _ in range(50):
+            ledger.append(now_event("tool.progress", "s", turn="t", call="c", tool="Bash",
+                                    attrs={"i": i}))
+            i += 1
+        ledger.flush()
+        print(i, flush=True)  # every event up to i is committed
+        if len(sys.argv) > 2 and i >= int(sys.argv[2]):
+            ledger.close()
+            break
+""")
+
+
+def test_writer_and_reader_processes_share_the_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), "3000"], stdout=subprocess.DEVNULL
+    )
+    try:
+        wait_until(path.exists, what="the ledger file")
+        seen = []
+        while writer.poll() is None:
+            conn = connect(path, readonly=True)  # readers never block the writer
+            seen.append(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+            conn.close()
+            time.sleep(0.01)
+        assert writer.wait(timeout=30) == 0
+    finally:
+        writer.kill()
+        writer.wait()
+    assert seen == sorted(seen)  # each read saw a committed prefix
+    conn = connect(path, readonly=True)
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 3000
+
+
+def test_writer_killed_mid_run_keeps_every_committed_event(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout is not None
+    committed = 0
+    try:
+        while committed < 1000:
+            committed = int(writer.stdout.readline())
+    finally:
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+        writer.stdout.close()
+    conn = connect(path, readonly=False)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    count = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    assert count >= committed
+    assert [e.attrs["i"] for _s, e in read_events(conn, limit=committed)] == list(range(committed))
