@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +43,13 @@ class Procs:
 
     def __init__(self) -> None:
         self.known: dict[int, float] = {}
+        self.popens: list[subprocess.Popen[bytes]] = []
+
+    def spawn(self, argv: list[str], **kw: object) -> psutil.Process:
+        """Start a process we own; tracked, and waited for at teardown."""
+        proc = subprocess.Popen(argv, **kw)  # type: ignore[call-overload]
+        self.popens.append(proc)
+        return self.track(proc.pid)
 
     def track(self, pid: int) -> psutil.Process:
         proc = psutil.Process(pid)
@@ -59,8 +67,13 @@ class Procs:
 
     def kill_all(self) -> None:
         for pid in self.alive():
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(pid).children(recursive=True):
+                    child.kill()
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        for proc in self.popens:
+            proc.wait()
         for pid in list(self.known):
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)

@@ -7,16 +7,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 
 def line(ts: float, kind: str, session: str, **kw: Any) -> str:
     return json.dumps({"ts": ts, "kind": kind, "session": session, **kw})
 
 
 def four_states(now: float | None = None) -> list[str]:
-    """idle, processing, stopping and pinned (a stop whose RPC never returned) sessions."""
+    """idle, processing, stopping and pinned (a stop whose RPC never returned) sessions.
+
+    The runtime is this test process: alive, so only the stop timings decide the states.
+    """
     now = time.time() if now is None else now
     old = now - 600
-    rt = {"pid": 4242, "create_time": old - 10, "mode": "adr"}
+    me = psutil.Process()
+    rt = {"pid": me.pid, "create_time": me.create_time(), "mode": "adr"}
     out = []
     for s in ("idle", "busy", "stopping", "pinned"):
         out.append(line(old, "runtime.started", s, attrs=rt))

@@ -165,6 +165,169 @@ def serve_metrics(
         return
 
 
+def _config(grace: float) -> Any:
+    from turnwatch.watchdog.scan import Config
+
+    return Config(grace_s=grace)
+
+
+GraceOpt = Annotated[
+    float,
+    typer.Option(
+        "--grace", help="The runtime's grace window, seconds (findings start 2 s after it)."
+    ),
+]
+
+
+@app.command()
+def explain(
+    ident: Annotated[str, typer.Argument(metavar="SESSION|TURN", help="A session or turn id.")],
+    ledger: LedgerOpt = None,
+    svg: Annotated[Path | None, typer.Option("--svg", help="Also save the picture as SVG.")] = None,
+    grace: GraceOpt = 10.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """The stop's timeline from click to idle, and what still holds the session."""
+    from dataclasses import asdict
+
+    from turnwatch.cli import explain as ex
+    from turnwatch.tracing.view import find_turn
+
+    conn = read_conn(ledger)
+    found = find_turn(conn, ident)
+    if found is None:
+        raise unknown_session(conn, ident)
+    result = ex.build(conn, *found, cfg=_config(grace))
+    if as_json:
+        data = asdict(result)
+        data["findings"] = [f.to_json() for f in result.findings]
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    hint = f" --ledger {ledger}" if ledger else ""
+    out = Console(record=True) if svg else console
+    ex.render(out, result, hint)
+    if svg:
+        out.save_svg(str(svg), title=f"turnwatch explain {ident}")
+        err.print(f"saved {svg}")
+
+
+@app.command()
+def recover(
+    session: Annotated[str, typer.Argument(help="The pinned session.")],
+    ledger: LedgerOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what it would do.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
+    grace: GraceOpt = 10.0,
+) -> None:
+    """The abort walk for one pinned session, saying each action before taking it."""
+    from turnwatch.cli.watchcmd import make_watchdog
+    from turnwatch.tracing.view import session_ids
+
+    conn = read_conn(ledger)
+    if session not in session_ids(conn):
+        raise unknown_session(conn, session)
+    path = ledger_path(ledger)
+    plan, plan_ledger = make_watchdog(
+        path, _config(grace), recover=True, dry_run=True, say=lambda _m: None
+    )
+    try:
+        findings = [f for f in plan.scan().findings if f.session == session]
+    finally:
+        plan_ledger.close()
+    if not findings:
+        console.print(f"nothing holds session {session}")
+        return
+    import asyncio
+
+    dry = asyncio.run(_plan(plan, findings))
+    for a in dry:
+        console.print(
+            f"• {a.finding.kind}: would {a.action}" + (f" ({a.detail})" if a.detail else "")
+        )
+    if dry_run:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise fail("refusing to recover without --yes: no terminal to ask on")
+        typer.confirm("Take these actions?", abort=True)
+    dog, dog_ledger = make_watchdog(
+        path, _config(grace), recover=True, dry_run=False, say=lambda m: console.print(f"  {m}")
+    )
+    try:
+        done = asyncio.run(_plan(dog, findings))
+    finally:
+        dog_ledger.close()
+    for a in done:
+        console.print(f"• {a.finding.kind}: {a.action} → {a.result} {a.detail}")
+    if any(a.result in ("failed", "refused") for a in done):
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+async def _plan(dog: Any, findings: list[Any]) -> list[Any]:
+    from turnwatch.watchdog.loop import _one_per_target
+
+    return [await dog.recoverer.recover(f) for f in _one_per_target(findings)]
+
+
+@app.command()
+def watch(
+    ledger: LedgerOpt = None,
+    once: Annotated[bool, typer.Option("--once", help="One scan, then exit.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between scans.")] = 5.0,
+    recover: Annotated[
+        bool, typer.Option("--recover/--no-recover", help="Recover what it finds.")
+    ] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say, do not act.")] = False,
+    metrics_addr: Annotated[
+        str | None, typer.Option("--metrics-addr", help="HOST:PORT of /metrics (loop only).")
+    ] = "127.0.0.1:9464",
+    grace: GraceOpt = 10.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """The watchdog loop (exit 1 after --once when findings remain)."""
+    from turnwatch.cli import watchcmd
+
+    path = ledger_path(ledger)
+    read_conn(path).close()
+    say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False))
+    if not once:
+        try:
+            watchcmd.loop(
+                path,
+                _config(grace),
+                interval_s=interval,
+                recover=recover,
+                dry_run=dry_run,
+                metrics_addr=metrics_addr,
+                say=say,
+            )
+        except (ValueError, OSError) as exc:
+            raise fail(str(exc)) from None
+        return
+    cycle = watchcmd.once(path, _config(grace), recover=recover, dry_run=dry_run, say=say)
+    actions = {id(a.finding): a for a in cycle.actions}
+    rows = []
+    for f in cycle.findings:
+        a = actions.get(id(f))
+        row = f.to_json()
+        row["action"] = a.action if a else f.action
+        row["result"] = a.result if a else "proposed"
+        rows.append(row)
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        for r in rows:
+            console.print(
+                f"{r['kind']:<28} {r['session']:<16} pid {r['pid'] or '-':<8} "
+                f"{r['action']} → {r['result']}",
+                highlight=False,
+            )
+        if not rows:
+            console.print("no findings")
+    if cycle.unresolved:
+        raise typer.Exit(EXIT_FINDINGS)
+
+
 @app.command()
 def demo(
     grace: Annotated[float, typer.Option(help="Grace window for process tools, seconds.")] = 2.0,
@@ -191,6 +354,7 @@ def demo(
                     grace_s=grace,
                     workdir=Path(tmp),
                     sink=wiring.telemetry,
+                    ledger=wiring.ledger,
                     say=lambda m: err.print(f"[dim]· {m}[/]"),
                 )
             )

@@ -36,11 +36,11 @@ class LedgerFollower:
             conn.close()
 
 
-def build(path: Path, registry: CollectorRegistry) -> LedgerFollower:
+def build(path: Path, registry: CollectorRegistry) -> tuple[LedgerFollower, StopMetrics]:
     """Metrics on ``registry`` fed from the ledger at ``path``, gauges computed at scrape."""
     metrics = StopMetrics(registry)
     registry.register(LiveCollector(lambda: live_state(path)))
-    return LedgerFollower(path, metrics.observe)
+    return LedgerFollower(path, metrics.observe), metrics
 
 
 def serve_ledger_metrics(
@@ -53,7 +53,7 @@ def serve_ledger_metrics(
 ) -> None:
     """Serve until ``stop`` is set (or forever)."""
     registry = CollectorRegistry()
-    follower = build(path, registry)
+    follower, _metrics = build(path, registry)
     replayed = follower.poll()
     server, port = http.serve(registry, addr)
     host = http.parse_addr(addr)[0]

@@ -30,8 +30,9 @@ def seconds(value: float) -> str:
 def demo_report(console: Console, report: DemoReport) -> None:
     """The per-call table and the per-session stop → settle line."""
     table = Table(title="What Stop did to each call", title_justify="left")
-    for col in ("session", "tool", "class", "policy", "outcome", "stop → released", "detail"):
-        table.add_column(col)
+    for col in ("session", "tool", "class", "policy", "outcome", "stop → released"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("detail")
     for c in report.calls:
         style = _OUTCOME_STYLE.get(c.outcome, "")
         table.add_row(
@@ -40,7 +41,7 @@ def demo_report(console: Console, report: DemoReport) -> None:
             c.tool_class,
             c.policy,
             f"[{style}]{c.outcome}[/]",
-            seconds(c.stop_to_settle_s),
+            seconds(c.stop_to_release_s) if c.stop_to_release_s is not None else "-",
             c.detail,
         )
     console.print(table)
@@ -52,6 +53,18 @@ def demo_report(console: Console, report: DemoReport) -> None:
             sess, report.modes[sess], seconds(value), "yes" if report.recovered.get(sess) else "no"
         )
     console.print(summary)
+    console.print(
+        f"A late approval of the closed Write prompt was: [bold]{report.late_approval}[/]"
+    )
+    left = report.leftover_pids
+    console.print(
+        "Tool processes left behind: " + (", ".join(map(str, left)) if left else "[green]none[/]")
+    )
+    if report.ledger:
+        console.print(
+            f"Ledger: {report.ledger}  (try: turnwatch explain demo-legacy "
+            f"--ledger {report.ledger})"
+        )
 
 
 _STATE_STYLE = {"idle": "green", "processing": "cyan", "stopping": "yellow", "pinned": "bold red"}

@@ -1,42 +1,61 @@
-"""The demo scenario: the field reports, reproduced with the real runtime and real processes."""
+"""The demo: the field reports, reproduced with the real runtime, real tools, real processes.
+
+Session ``demo-adr`` runs a Grep over a tree that takes minutes to read, a Bash that ignores
+SIGTERM and has a child, a Write whose permission is pending, a Write in progress, and an image
+render; session ``demo-legacy`` runs the same Grep in ``legacy`` mode. Both are stopped at once:
+the ADR session settles at once (the Bash within its grace window), the legacy one pins until the
+watchdog finds it and runs the abort walk.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from turnwatch import names
 from turnwatch.runtime import (
+    CallHandle,
     Event,
     EventSink,
     FanOut,
     LocalHost,
     MemorySink,
     Mode,
+    Receipt,
     Runtime,
-    ToolResult,
 )
+from turnwatch.tracing.ledger import Ledger
+from turnwatch.watchdog.loop import Watchdog
+from turnwatch.watchdog.procs import ProcessTable
+from turnwatch.watchdog.scan import Config
+from turnwatch.watchdog.signals import CALL_MARKER
 
 #: A Grep over this many hard links of one file reads for minutes, for the cost of a few links.
 TREE_LINKS = 4000
 TREE_FILE_LINES = 200_000
+WRITE_BYTES = 128 * 1024 * 1024
+GREP = {"pattern": "TODO\\(stop\\)"}
+BASH = "trap '' TERM; sleep 600 & echo building; while :; do sleep 1; done"
+
+#: A hook adding calls to the ADR turn (the MCP call, where a server is configured).
+ExtraCalls = Callable[["Runtime", Any], dict[str, CallHandle]]
 
 
 def make_tree(root: Path, links: int = TREE_LINKS) -> Path:
     """A real tree large enough that a Grep over it runs for minutes (hard links: no disk)."""
     tree = root / "monorepo"
     tree.mkdir(parents=True, exist_ok=True)
-    body = root / "body.txt"
+    body = root / "body.js"
     if not body.exists():
         body.write_text(
-            "const handler = require('./handler');  // no match here\n" * TREE_FILE_LINES
+            "const handler = require('./handler');  // nothing to see\n" * TREE_FILE_LINES
         )
     for i in range(links):
         link = tree / f"pkg{i // 100:03d}" / f"mod{i:05d}.js"
@@ -55,24 +74,28 @@ class CallReport:
     tool_class: str
     policy: str
     outcome: str
-    stop_to_settle_s: float
+    stop_to_release_s: float | None
     detail: str = ""
+    pid: int | None = None
+    started: bool = False
 
 
 @dataclass
 class DemoReport:
-    """What the demo saw: per-call outcomes, per-session stop timing, the events."""
+    """What the demo saw: per-call outcomes, per-session stop timing, leftovers, the events."""
 
     calls: list[CallReport] = field(default_factory=list)
     settle_s: dict[str, float] = field(default_factory=dict)
     modes: dict[str, str] = field(default_factory=dict)
     recovered: dict[str, bool] = field(default_factory=dict)
+    late_approval: str = ""
+    leftover_pids: list[int] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    ledger: str | None = None  # where the events were kept, when the user asked for a ledger
+    ledger: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "calls": [c.__dict__ for c in self.calls],
+            "calls": [asdict(c) for c in self.calls],
             "sessions": {
                 s: {
                     "mode": self.modes[s],
@@ -81,22 +104,62 @@ class DemoReport:
                 }
                 for s, t in self.settle_s.items()
             },
+            "late_approval": self.late_approval,
+            "leftover_pids": self.leftover_pids,
+            "ledger": self.ledger,
         }
 
 
-def _stop_offsets(events: list[Event], session: str) -> tuple[int | None, int | None]:
-    start = next(
-        (
-            e.mono_ns
-            for e in events
-            if e.session == session and e.kind in (names.STOP_CLICKED, names.ABORT_RPC_RECEIVED)
-        ),
-        None,
+def _first(events: list[Event], pred: Callable[[Event], bool]) -> Event | None:
+    return next((e for e in events if pred(e)), None)
+
+
+async def _until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
+async def watchdog_recovers(
+    ledger: Ledger,
+    runtime: Runtime,
+    session: str,
+    *,
+    grace_s: float,
+    pinned_after_s: float,
+    say: Callable[[str], None],
+) -> bool:
+    """Run the real watchdog beside the runtime until it has recovered ``session``."""
+    dog = Watchdog(
+        ledger.path,
+        ledger,
+        ledger.flush,
+        cfg=Config(grace_s=grace_s, rpc_stuck_s=pinned_after_s),
+        runtime=runtime,
     )
-    settled = next(
-        (e.mono_ns for e in events if e.session == session and e.kind == names.TURN_SETTLED), None
-    )
-    return start, settled
+    for _ in range(300):
+        ledger.flush()
+        cycle = await dog.cycle()
+        for a in cycle.actions:
+            if a.finding.session == session and a.result == "ok":
+                say(f"watchdog: {a.finding.kind} in {session} → {a.action} ({a.detail})")
+                return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+def leftovers() -> list[int]:
+    """Live processes that carry a demo call's marker: there must be none at the end."""
+    out = []
+    for pid in ProcessTable.scan().procs:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if f"{CALL_MARKER}=demo-".encode() in env:
+            out.append(pid)
+    return out
 
 
 async def run_demo(
@@ -104,101 +167,126 @@ async def run_demo(
     grace_s: float = 2.0,
     workdir: Path | None = None,
     sink: EventSink | None = None,
+    ledger: Ledger | None = None,
     pin_for_s: float = 1.5,
-    recover: Callable[[Runtime, str], Any] | None = None,
+    extra_calls: ExtraCalls | None = None,
     say: Callable[[str], None] = lambda _m: None,
 ) -> DemoReport:
-    """Run the scenario; ``recover`` is the watchdog step for the pinned legacy session."""
+    """Run the scenario. With a ledger, the real watchdog recovers the pinned legacy session."""
     memory = MemorySink()
     out = FanOut(memory, sink) if sink is not None else memory
-    report = DemoReport()
     tmp = Path(workdir or tempfile.mkdtemp(prefix="turnwatch-demo-"))
     say("generating a tree a Grep needs minutes to read")
-    tree = await asyncio.to_thread(make_tree, tmp)
+    tree = str(await asyncio.to_thread(make_tree, tmp))
     host = LocalHost()
-    adr = Runtime(host, grace_s=grace_s, sink=out, ask_permission=_prompt_for_writes)
+    adr = Runtime(host, grace_s=grace_s, sink=out, ask_permission=lambda tool, _c: tool == "Write")
     legacy = Runtime(host, mode=Mode.LEGACY, grace_s=grace_s, sink=out)
 
-    say("session demo-adr: a long Grep, a Bash that ignores SIGTERM, a pending Write, a Write")
+    say(
+        "demo-adr: a long Grep, a Bash that ignores SIGTERM, a Write awaiting permission, "
+        "an image render, a Write in progress"
+    )
     turn = adr.start_turn("demo-adr")
-    handles = {
-        "Grep": turn.request("Grep", {"pattern": "TODO\\(stop\\)", "path": str(tree)}),
-        "Bash": turn.request(
-            "Bash",
-            {"command": "trap '' TERM; (sleep 600 &); echo building; while :; do sleep 1; done"},
-        ),
+    calls = {
+        "Grep": turn.request("Grep", {**GREP, "path": tree}),
+        "Bash": turn.request("Bash", {"command": BASH}),
         "Write (permission pending)": turn.request(
             "Write", {"path": str(tmp / "never-approved.txt"), "content": "x"}
         ),
         "GenerateImages": turn.request(
             "GenerateImages", {"prompt": "a stop sign", "out": str(tmp / "stop.png"), "steps": 1000}
         ),
+        **(extra_calls(adr, turn) if extra_calls else {}),
     }
-    say("session demo-legacy (mode legacy): a long Grep")
-    lturn = legacy.start_turn("demo-legacy")
-    lgrep = lturn.request("Grep", {"pattern": "TODO\\(stop\\)", "path": str(tree)})
-    await asyncio.sleep(0.5)  # let every call get going, as a user would before clicking Stop
+    say("demo-legacy (mode legacy): the same Grep")
+    legacy_grep = legacy.start_turn("demo-legacy").request("Grep", {**GREP, "path": tree})
+    await _until(
+        lambda: all(
+            memory.of(names.TOOL_PROGRESS, call=h.call_id)
+            for k, h in calls.items()
+            if k in ("Bash", "GenerateImages")
+        )
+    )
+    write = turn.request("Write", {"path": str(tmp / "big.bin"), "content": "x" * WRITE_BYTES})
+    calls["Write (in progress)"] = write
+    await _until(lambda: bool(memory.of(names.PERMISSION_REQUESTED, call=write.call_id)))
+    adr.answer_permission("demo-adr", write.call_id, approved=True)  # this one the user allows
+    await _until(lambda: bool(memory.of(names.TOOL_PROGRESS, call=write.call_id)))
 
     say("Stop clicked in both sessions")
     clicked = time.time()
     adr_stop = asyncio.ensure_future(adr.abort("demo-adr", clicked_at=clicked))
     legacy_stop = asyncio.ensure_future(legacy.abort("demo-legacy", clicked_at=clicked))
     await adr_stop
-    say("demo-adr settled; demo-legacy is still pinned by its Grep")
-    await asyncio.sleep(pin_for_s)
-    pinned = not legacy_stop.done()
-    if recover is not None and pinned:
-        say("the watchdog finds demo-legacy pinned and runs the abort walk")
-        await recover(legacy, "demo-legacy")
+    late = adr.answer_permission("demo-adr", calls["Write (permission pending)"].call_id, True)
+    say(
+        f"demo-adr settled; the user approves the closed prompt: {late.value}; "
+        "demo-legacy is still pinned by its Grep"
+    )
+    if ledger is not None:
+        recovered = await watchdog_recovers(
+            ledger, legacy, "demo-legacy", grace_s=grace_s, pinned_after_s=pin_for_s, say=say
+        )
     else:
-        await legacy.abort("demo-legacy", source="watchdog")
+        await asyncio.sleep(pin_for_s)
+        recovered = await legacy.abort("demo-legacy", source="watchdog") is Receipt.JOINED
     await legacy_stop
-    report.recovered["demo-legacy"] = pinned
-
-    for label, h in [*handles.items(), ("Grep (legacy)", lgrep)]:
-        res: ToolResult = await h.result()
-        call = h._call
-        sess = call.session
-        start, _ = _stop_offsets(memory.events, sess)
-        end = next(
-            (
-                e.mono_ns
-                for e in memory.events
-                if e.call == h.call_id
-                and e.kind in (names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED)
-            ),
-            None,
-        )
-        report.calls.append(
-            CallReport(
-                sess,
-                label,
-                call.tool_class.value,
-                call.policy.value,
-                res.outcome.value,
-                ((end or 0) - (start or 0)) / 1e9 if start and end else 0.0,
-                detail=_detail(res),
-            )
-        )
+    report = DemoReport(late_approval=late.value)
+    report.recovered["demo-legacy"] = recovered
+    for label, h in [*calls.items(), ("Grep (legacy)", legacy_grep)]:
+        report.calls.append(await _call_report(label, h, memory.events))
     for rt, sess in ((adr, "demo-adr"), (legacy, "demo-legacy")):
-        start, settled = _stop_offsets(memory.events, sess)
-        report.settle_s[sess] = ((settled or 0) - (start or 0)) / 1e9
+        settled = _first(memory.events, partial(_is_settled, sess))
+        report.settle_s[sess] = _span(_stop_of(memory.events, sess), settled) or 0.0
         report.modes[sess] = rt.mode.value
+    report.leftover_pids = leftovers()
     report.events = memory.events
     return report
 
 
-def _prompt_for_writes(tool: str, _cls: object) -> bool:
-    return tool == "Write"
+def _is_settled(session: str, e: Event) -> bool:
+    return e.session == session and e.kind == names.TURN_SETTLED
 
 
-def _detail(res: ToolResult) -> str:
+def _stop_of(events: list[Event], session: str) -> Event | None:
+    """Where a session's stop starts: the click, else the RPC."""
+    return _first(
+        events,
+        lambda e: e.session == session and e.kind in (names.STOP_CLICKED, names.ABORT_RPC_RECEIVED),
+    )
+
+
+def _span(a: Event | None, b: Event | None) -> float | None:
+    if a is None or b is None or a.mono_ns is None or b.mono_ns is None:
+        return None
+    return (b.mono_ns - a.mono_ns) / 1e9
+
+
+async def _call_report(label: str, h: CallHandle, events: list[Event]) -> CallReport:
+    res = await h.result()
+    call = h._call
+    stop = _stop_of(events, call.session)
+    end = _first(
+        events,
+        lambda e: (
+            e.call == h.call_id and e.kind in (names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED)
+        ),
+    )
+    started = _first(events, lambda e: e.call == h.call_id and e.kind == names.TOOL_STARTED)
     if res.data and "terminated_by" in res.data:
-        return f"terminated by {res.data['terminated_by']}"
-    if res.output:
-        return res.output.strip().splitlines()[-1][:60]
-    return ""
-
-
-if __name__ == "__main__":  # pragma: no cover - a developer's shortcut
-    print(asyncio.run(run_demo(say=lambda m: print(m, file=sys.stderr))).to_json())
+        detail = f"terminated by {res.data['terminated_by']}"
+    elif started is None:
+        detail = "closed before it started"
+    else:
+        detail = (res.output.strip().splitlines() or [""])[-1][:60]
+    return CallReport(
+        call.session,
+        label,
+        call.tool_class.value,
+        call.policy.value,
+        res.outcome.value,
+        _span(stop, end),
+        detail,
+        started.attrs.get("pid") if started else None,
+        started is not None,
+    )

@@ -26,6 +26,8 @@ class Proc:
     create_time: float
     uid: int
     zombie: bool
+    pgrp: int = 0
+    sid: int = 0
 
 
 @cache
@@ -47,8 +49,21 @@ def _read_stat(pid: int) -> Proc | None:
         return None
     # The command name may hold spaces and parentheses: fields start after the last ')'.
     rest = data[data.rfind(b")") + 2 :].split()
-    state, ppid, start_ticks = rest[0], int(rest[1]), int(rest[19])
-    return Proc(pid, ppid, _boot_time() + start_ticks / _ticks(), st.st_uid, state == b"Z")
+    state, ppid, pgrp, sid, start_ticks = (
+        rest[0],
+        int(rest[1]),
+        int(rest[2]),
+        int(rest[3]),
+        int(rest[19]),
+    )
+    return Proc(
+        pid, ppid, _boot_time() + start_ticks / _ticks(), st.st_uid, state == b"Z", pgrp, sid
+    )
+
+
+def read(pid: int) -> Proc | None:
+    """One process, read now (``None`` if there is none)."""
+    return _read_stat(pid)
 
 
 class ProcessTable:

@@ -41,6 +41,9 @@ class Config:
         return Thresholds(self.rpc_stuck_s, self.clear_lag_s)
 
 
+DEFAULT_CONFIG = Config()
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing that still holds a session, and what recovery would do about it."""
@@ -55,6 +58,7 @@ class Finding:
     since: float | None = None
     detail: str = ""
     action: str = "report"
+    policy: str | None = None  # the call's policy: only ``grace`` calls are ever signalled
 
     @property
     def key(self) -> tuple[str, str, str | None, int | None]:
@@ -91,7 +95,7 @@ def _age(now: float, ts: float | None) -> float:
 def scan(
     conn: sqlite3.Connection,
     *,
-    cfg: Config = Config(),
+    cfg: Config = DEFAULT_CONFIG,
     now: float | None = None,
     table: ProcessTable | None = None,
 ) -> ScanResult:
@@ -125,6 +129,7 @@ def scan(
         if not table.alive(c.pid, c.create_time):
             continue
         rpid, rct = runtimes.get(session, (None, None))
+        signalable = c.policy == "grace"  # mutating/extension processes are never signalled
         if rpid is not None and not table.alive(rpid, rct):
             out.append(
                 Finding(
@@ -137,10 +142,11 @@ def scan(
                     c.create_time,
                     c.started_ts,
                     f"{c.tool} pid {c.pid} lives; its runtime pid {rpid} is gone",
-                    "terminate",
+                    "terminate" if signalable else "report (never abandoned)",
+                    c.policy,
                 )
             )
-        elif c.abort_ts is not None and _age(now, c.abort_ts) > cfg.past_grace_s:
+        elif signalable and c.abort_ts is not None and _age(now, c.abort_ts) > cfg.past_grace_s:
             out.append(
                 Finding(
                     names.F_ABORTED_WITH_LIVE_PROCESS,
@@ -155,17 +161,22 @@ def scan(
                     f"{_age(now, c.abort_ts) - cfg.grace_s:.0f} s after the grace "
                     "window",
                     "terminate",
+                    c.policy,
                 )
             )
     for r in conn.execute("SELECT * FROM sessions WHERE processing = 1"):
         state, since = view.judge(r, now, cfg.thresholds)
-        if state != names.STATE_PINNED:
+        rpid = r["runtime_pid"]
+        if rpid is not None and not table.alive(rpid, r["runtime_create_time"]):
+            state, why = names.STATE_PINNED, f"its runtime pid {rpid} is gone"
+        elif state == names.STATE_PINNED:
+            why = (
+                "the turn settled but processing was never cleared"
+                if r["settled_ts"]
+                else "the abort RPC is still pending"
+            )
+        else:
             continue
-        why = (
-            "the turn settled but processing was never cleared"
-            if r["settled_ts"]
-            else "the abort RPC is still pending"
-        )
         out.append(
             Finding(
                 names.F_PINNED_SESSION,
@@ -207,6 +218,7 @@ def scan(
                     f"{c.tool} ({c.tool_class}) silent {_age(now, quiet):.0f} s after "
                     "the stop; awaited, never abandoned",
                     "report (never abandoned)",
+                    c.policy,
                 )
             )
     for r in conn.execute(
@@ -246,13 +258,18 @@ def scan(
 
 
 def annotate_findings(
-    conn: sqlite3.Connection, *, cfg: Config = Config(), now: float | None = None
+    conn: sqlite3.Connection, *, cfg: Config = DEFAULT_CONFIG, now: float | None = None
 ) -> list[SessionView]:
     """The sessions view with each session's findings filled in."""
     now = time.time() if now is None else now
     rows = view.sessions(conn, now=now, th=cfg.thresholds)
     by = {r.session: r for r in rows}
     for f in scan(conn, cfg=cfg, now=now).findings:
-        if f.session in by and f.kind not in by[f.session].findings:
-            by[f.session].findings.append(f.kind)
+        row = by.get(f.session)
+        if row is None:
+            continue
+        if f.kind not in row.findings:
+            row.findings.append(f.kind)
+        if f.kind == names.F_PINNED_SESSION and row.state != names.STATE_PINNED:
+            row.state, row.since = names.STATE_PINNED, f.since  # e.g. its runtime is gone
     return rows

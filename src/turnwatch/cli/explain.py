@@ -1,0 +1,217 @@
+"""``turnwatch explain``: one stop's timeline from the click to idle, as a waterfall, and what
+still holds the session, in plain words, with the command that would recover it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from turnwatch import names
+from turnwatch.cli.render import seconds
+from turnwatch.runtime.events import Event
+from turnwatch.runtime.model import POLICY_OF, class_of
+from turnwatch.tracing import view
+from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, scan
+
+BAR_WIDTH = 24
+_RELEASES = (names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED, names.TOOL_REFUSED)
+_STEP_LABEL = {
+    names.STOP_CLICKED: "Stop clicked",
+    names.ABORT_RPC_RECEIVED: "agent.abort received",
+    names.ABORT_WALK_STARTED: "abort walk started",
+    names.TURN_SETTLED: "turn settled",
+    names.ABORT_RPC_RETURNED: "agent.abort returned",
+    names.PROCESSING_CLEARED: "processing cleared: idle",
+}
+
+
+@dataclass
+class ToolRow:
+    """One call in the waterfall: offsets from the stop, seconds."""
+
+    call: str
+    tool: str
+    tool_class: str
+    policy: str
+    outcome: str
+    start: float | None  # tool.started
+    abort: float | None  # tools.abort sent
+    end: float | None  # released (None: still held)
+    pid: int | None = None
+
+
+@dataclass
+class Explanation:
+    """Everything ``explain`` shows, as data."""
+
+    session: str
+    turn: str
+    mode: str
+    state: str
+    stop_at: float | None  # unix seconds of the click (or the RPC)
+    steps: list[tuple[float, str, str]] = field(default_factory=list)  # offset, label, detail
+    tools: list[ToolRow] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        ends = [s[0] for s in self.steps] + [t.end for t in self.tools if t.end is not None]
+        return max([*ends, 0.0])
+
+
+def build(
+    conn: sqlite3.Connection,
+    session: str,
+    turn: str,
+    *,
+    now: float | None = None,
+    cfg: Config = DEFAULT_CONFIG,
+) -> Explanation:
+    now = time.time() if now is None else now
+    events = view.timeline(conn, session, turn)
+    rows = view.sessions(conn, only=session, now=now, th=cfg.thresholds)
+    row = rows[0] if rows else None
+    start_ev = next((e for e in events if e.kind == names.STOP_CLICKED), None) or next(
+        (e for e in events if e.kind == names.ABORT_RPC_RECEIVED), None
+    )
+    t0 = start_ev.ts_unix if start_ev else (events[0].ts_unix if events else now)
+    ex = Explanation(
+        session,
+        turn,
+        (row.mode if row else None) or "unknown",
+        row.state if row and row.turn == turn else names.STATE_IDLE,
+        start_ev.ts_unix if start_ev else None,
+    )
+    calls: dict[str, ToolRow] = {}
+    for e in events:
+        off = e.ts_unix - t0
+        if e.kind in _STEP_LABEL and e.attrs.get("receipt") != "joined":
+            ex.steps.append((off, _STEP_LABEL[e.kind], _detail(e)))
+        if e.call is None:
+            continue
+        if e.kind == names.TOOL_REQUESTED:
+            cls = class_of(e.tool or "", e.attrs.get("class"))
+            calls[e.call] = ToolRow(
+                e.call, e.tool or "?", cls.value, POLICY_OF[cls].value, "running", None, None, None
+            )
+        r = calls.get(e.call)
+        if r is None:
+            continue
+        if e.kind == names.TOOL_STARTED:
+            r.start, r.pid = off, e.attrs.get("pid")
+        elif e.kind == names.TOOLS_ABORT_SENT:
+            r.abort = off
+        elif e.kind in _RELEASES and r.end is None:
+            r.end, r.outcome = off, str(e.attrs.get("outcome", "refused"))
+    ex.tools = list(calls.values())
+    if row is not None and row.turn == turn:
+        ex.findings = [f for f in scan(conn, cfg=cfg, now=now).findings if f.session == session]
+        ex.reasons = [_reason(f, now, cfg) for f in ex.findings]
+        ex.reasons += [
+            f"{t.tool} {t.call} ({t.tool_class}) has not returned; the turn cannot "
+            f"settle before it does"
+            for t in ex.tools
+            if t.end is None
+            and t.start is not None
+            and not any(f.call == t.call for f in ex.findings)
+            and ex.state != names.STATE_IDLE
+        ]
+    return ex
+
+
+def _detail(e: Event) -> str:
+    parts = [
+        f"{k} {e.attrs[k]}" for k in ("source", "outcome", "inflight", "receipt") if k in e.attrs
+    ]
+    if e.attrs.get("settled_by"):
+        parts.append(f"by {e.attrs['settled_by']}")
+    return ", ".join(parts)
+
+
+def _ago(s: float) -> str:
+    s = max(0, int(s))
+    return f"{s // 60} m {s % 60} s" if s >= 60 else f"{s} s"
+
+
+def _reason(f: Finding, now: float, cfg: Config) -> str:
+    if f.kind == names.F_ABORTED_WITH_LIVE_PROCESS:
+        late = now - (f.since or now) - cfg.grace_s
+        return (
+            f"{f.tool} pid {f.pid} still alive {_ago(late)} after the grace window; "
+            "it ignores SIGTERM"
+        )
+    if f.kind == names.F_ORPHAN_TOOL_PROCESS:
+        return f"{f.tool} pid {f.pid} outlived its runtime, which is gone"
+    if f.kind == names.F_PINNED_SESSION:
+        return f'the session is pinned "processing": {f.detail} ({_ago(now - (f.since or now))})'
+    if f.kind == names.F_ABORT_RPC_STUCK:
+        return f"agent.abort never returned: {f.detail}"
+    if f.kind == names.F_AWAIT_OVERDUE:
+        return f"{f.detail}"
+    return f.detail or f.kind
+
+
+def _bar(t: ToolRow, total: float) -> Text:
+    """``░`` while the call ran unaware of the stop, ``█`` from tools.abort to its release."""
+
+    def col(x: float) -> int:
+        return min(BAR_WIDTH, max(0, round(x / total * BAR_WIDTH)))
+
+    if t.start is None:
+        return Text("✕ stopped before it started", style="magenta")
+    start = col(max(t.start, 0.0))
+    abort = col(t.abort) if t.abort is not None else None
+    end = col(t.end) if t.end is not None else BAR_WIDTH
+    bar = Text(" " * start)
+    if abort is None:  # never reached by the stop
+        return bar + Text("░" * max(end - start, 1), style="red")
+    bar += Text("░" * max(abort - start, 0), style="red")
+    return bar + Text("█" * max(end - abort, 1), style="red" if t.end is None else "green")
+
+
+def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
+    """The waterfall, the steps, the reasons and the recover command."""
+    total = max(ex.total, 1e-6)
+    head = Text.assemble(
+        ("Stop of turn ", "bold"),
+        (ex.turn, "bold cyan"),
+        ("  session ", ""),
+        (ex.session, "cyan"),
+        (f"  mode {ex.mode}  ", ""),
+        (ex.state, "bold red" if ex.state == "pinned" else "green"),
+    )
+    steps = Table(box=None, show_header=True, pad_edge=False)
+    for col in ("offset", "step", ""):
+        steps.add_column(col)
+    for off, label, detail in ex.steps:
+        steps.add_row(f"+{seconds(off)}", label, Text(detail, style="dim"))
+    wf = Table(box=None, show_header=True, pad_edge=False)
+    for col in ("tool", "class", "policy", "outcome", "released"):
+        wf.add_column(col, no_wrap=True)
+    wf.add_column("░ unaware of the stop  █ stopping", no_wrap=True, min_width=BAR_WIDTH)
+    for t in ex.tools:
+        wf.add_row(
+            t.tool,
+            t.tool_class,
+            t.policy,
+            t.outcome,
+            f"+{seconds(t.end)}" if t.end is not None else "[bold red]still held[/]",
+            _bar(t, total),
+        )
+    parts: list[object] = [head, Text(""), steps, Text(""), wf]
+    if ex.reasons:
+        parts += [Text(""), Text("What still holds the session:", style="bold red")]
+        parts += [Text(f"  • {r}") for r in ex.reasons]
+    console.print(Panel(Group(*parts), title="turnwatch explain", expand=False))  # type: ignore[arg-type]
+    if ex.reasons:  # outside the panel, unwrapped: people copy and paste it
+        console.print(
+            f"Recover with: [bold]turnwatch recover {ex.session}{ledger_hint}[/]", soft_wrap=True
+        )

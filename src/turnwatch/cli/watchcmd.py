@@ -1,0 +1,100 @@
+"""``turnwatch watch`` and ``turnwatch recover``: the watchdog as a program."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from turnwatch.cli.follow import build
+from turnwatch.exporters import http
+from turnwatch.exporters.otel import tracer_provider
+from turnwatch.tracing.ledger import Ledger
+from turnwatch.tracing.pipeline import Telemetry
+from turnwatch.tracing.spans import SpanBuilder
+from turnwatch.watchdog.loop import Cycle, Watchdog
+from turnwatch.watchdog.scan import Config
+
+
+def make_watchdog(
+    path: Path,
+    cfg: Config,
+    *,
+    recover: bool,
+    dry_run: bool,
+    say: Callable[[str], None],
+    observe_scan: Callable[[float], None] | None = None,
+) -> tuple[Watchdog, Ledger]:
+    """A watchdog recording its findings and actions into the ledger at ``path``."""
+    ledger = Ledger(path)
+    telemetry = Telemetry(
+        ledger=ledger, spans=SpanBuilder(tracer_provider().get_tracer("turnwatch.watchdog"))
+    )
+    return Watchdog(
+        path,
+        telemetry,
+        ledger.flush,
+        cfg=cfg,
+        recover=recover,
+        dry_run=dry_run,
+        observe_scan=observe_scan,
+        say=say,
+    ), ledger
+
+
+def once(
+    path: Path, cfg: Config, *, recover: bool, dry_run: bool, say: Callable[[str], None]
+) -> Cycle:
+    dog, ledger = make_watchdog(path, cfg, recover=recover, dry_run=dry_run, say=say)
+    try:
+        return asyncio.run(dog.cycle())
+    finally:
+        ledger.close()
+
+
+def loop(
+    path: Path,
+    cfg: Config,
+    *,
+    interval_s: float,
+    recover: bool,
+    dry_run: bool,
+    metrics_addr: str | None,
+    say: Callable[[str], None],
+) -> None:
+    """Run until SIGINT/SIGTERM, serving the metrics (rebuilt from the ledger) if asked."""
+    registry = CollectorRegistry()
+    follower, metrics = build(path, registry)
+    dog, ledger = make_watchdog(
+        path, cfg, recover=recover, dry_run=dry_run, say=say, observe_scan=metrics.scan.observe
+    )
+    server = None
+    if metrics_addr:
+        follower.poll()
+        server, port = http.serve(registry, metrics_addr)
+        say(f"metrics on http://{http.parse_addr(metrics_addr)[0]}:{port}/metrics")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop_ = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop_.add_signal_handler(sig, stop.set)
+        while not stop.is_set():
+            cycle = await dog.cycle()
+            follower.poll()
+            for a in cycle.actions:
+                say(f"{a.finding.kind} {a.finding.session}: {a.action} → {a.result} {a.detail}")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except TimeoutError:
+                continue
+
+    try:
+        asyncio.run(main())
+    finally:
+        if server is not None:
+            http.stop(server)
+        ledger.close()

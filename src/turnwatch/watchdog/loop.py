@@ -1,0 +1,170 @@
+"""The watchdog loop: scan, report each finding once, recover (rate-limited).
+
+Runs as an asyncio task beside a runtime (``Watchdog(..., runtime=rt).run()``) or as its own
+program (``turnwatch watch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from turnwatch import names
+from turnwatch.runtime.events import EventSink, now_event
+from turnwatch.runtime.runtime import Runtime
+from turnwatch.tracing.ledger import connect
+from turnwatch.watchdog.recover import Action, Recoverer
+from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, ScanResult, scan
+from turnwatch.watchdog.signals import Guard
+
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_RATE_PER_MIN = 30
+_RECOVERABLE = {
+    names.F_PINNED_SESSION,
+    names.F_ABORT_RPC_STUCK,
+    names.F_ABORTED_WITH_LIVE_PROCESS,
+    names.F_ORPHAN_TOOL_PROCESS,
+}
+
+
+@dataclass
+class Cycle:
+    """One pass of the loop."""
+
+    findings: list[Finding] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def unresolved(self) -> list[Finding]:
+        """Findings no action resolved (exit 1 for ``watch --once``)."""
+        done = {id(a.finding) for a in self.actions if a.result in ("ok", "skipped")}
+        return [f for f in self.findings if id(f) not in done]
+
+
+class Watchdog:
+    """Finds what still pins a session after a stop, and recovers it with the abort walk."""
+
+    def __init__(
+        self,
+        ledger: Path,
+        sink: EventSink,
+        flush: Callable[[], object],
+        *,
+        cfg: Config = DEFAULT_CONFIG,
+        recover: bool = True,
+        dry_run: bool = False,
+        runtime: Runtime | None = None,
+        rate_per_min: int = DEFAULT_RATE_PER_MIN,
+        observe_scan: Callable[[float], None] | None = None,
+        say: Callable[[str], None] = lambda _m: None,
+    ) -> None:
+        self.ledger = ledger
+        self.sink = sink
+        self.cfg = cfg
+        self.recover = recover
+        self.rate_per_min = rate_per_min
+        self.observe_scan = observe_scan
+        self.guard = Guard()
+        self.recoverer = Recoverer(
+            self._conn,
+            sink,
+            flush,
+            grace_s=cfg.grace_s,
+            runtime=runtime,
+            dry_run=dry_run,
+            guard=self.guard,
+            say=say,
+        )
+        self._reported: set[tuple[object, ...]] = set()
+        self._recent: deque[float] = deque()
+
+    def _conn(self) -> sqlite3.Connection:
+        return connect(self.ledger, readonly=True)
+
+    def scan(self) -> ScanResult:
+        conn = self._conn()
+        try:
+            result = scan(conn, cfg=self.cfg)
+        finally:
+            conn.close()
+        if self.observe_scan is not None:
+            self.observe_scan(result.duration_s)
+        return result
+
+    def _allowed(self) -> bool:
+        now = time.monotonic()
+        while self._recent and now - self._recent[0] > 60:
+            self._recent.popleft()
+        if len(self._recent) >= self.rate_per_min:
+            return False
+        self._recent.append(now)
+        return True
+
+    async def cycle(self) -> Cycle:
+        """Scan once; report new findings; recover what can be recovered."""
+        started = time.perf_counter()
+        result = self.scan()
+        out = Cycle(result.findings)
+        for f in result.findings:
+            if f.key not in self._reported:
+                self._reported.add(f.key)
+                self.sink(
+                    now_event(
+                        names.WATCHDOG_FINDING,
+                        f.session,
+                        turn=f.turn,
+                        call=f.call,
+                        tool=f.tool,
+                        attrs={
+                            "finding": f.kind,
+                            "detail": f.detail,
+                            **({"pid": f.pid} if f.pid else {}),
+                        },
+                    )
+                )
+        if self.recover:
+            for f in _one_per_target(result.findings):
+                if f.kind not in _RECOVERABLE:
+                    out.actions.append(Action(f, f.action, "report_only"))
+                elif not self.recoverer.dry_run and not self._allowed():
+                    out.actions.append(Action(f, f.action, "skipped", "rate limit reached"))
+                else:
+                    out.actions.append(await self.recoverer.recover(f))
+        out.duration_s = time.perf_counter() - started
+        return out
+
+    async def run(
+        self, interval_s: float = DEFAULT_INTERVAL_S, stop: asyncio.Event | None = None
+    ) -> None:
+        """Loop until ``stop`` is set."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            await self.cycle()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except TimeoutError:
+                continue
+
+
+def _one_per_target(findings: list[Finding]) -> list[Finding]:
+    """A pinned session and its stuck RPC are one walk; a process is terminated once."""
+    seen: set[tuple[str, object]] = set()
+    out = []
+    for f in findings:
+        target: tuple[str, object] = (
+            ("walk", f.session)
+            if f.kind in (names.F_PINNED_SESSION, names.F_ABORT_RPC_STUCK)
+            else ("pid", f.pid)
+            if f.pid is not None
+            else (f.kind, f.key)
+        )
+        if target not in seen:
+            seen.add(target)
+            out.append(f)
+    return out

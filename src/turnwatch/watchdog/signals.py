@@ -1,0 +1,120 @@
+"""Signalling only what we can prove is the recorded process (invariant 5).
+
+Every signal goes through a pidfd opened first and verified second: once the pidfd is open it
+names one process for good, so a start time read afterwards that matches the record proves the
+pidfd is the recorded process, and the signal cannot reach a reused pid. Never pid <= 1, never
+this process or its ancestors, never our own process group or session, never another user's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections import Counter
+from dataclasses import dataclass, field
+
+from turnwatch.watchdog import procs
+from turnwatch.watchdog.procs import Proc, ProcessTable
+
+#: Environment variable every tool process of the local host carries (``session/call``).
+CALL_MARKER = "TURNWATCH_CALL"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A process as the ledger recorded it."""
+
+    pid: int
+    create_time: float
+
+
+@dataclass
+class Guard:
+    """Refuses unsafe targets and counts each refusal by reason."""
+
+    me: int = field(default_factory=os.getpid)
+    refusals: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._ancestors = procs.ancestors(self.me)
+        self._pgrp = os.getpgrp()
+        self._sid = os.getsid(0)
+        self._uid = os.getuid()
+
+    def refuse(self, target: Target, seen: Proc | None) -> str | None:
+        """Why ``target`` must not be signalled, or None if it may be."""
+        reason = self._reason(target, seen)
+        if reason is not None:
+            self.refusals[reason] += 1
+        return reason
+
+    def _reason(self, target: Target, seen: Proc | None) -> str | None:
+        if target.pid <= 1:
+            return "pid_le_1"
+        if target.pid == self.me:
+            return "self"
+        if target.pid in self._ancestors:
+            return "ancestor"
+        if seen is None:
+            return "gone"
+        if not procs.same_start(seen.create_time, target.create_time):
+            return "start_time_differs"
+        if seen.pgrp == self._pgrp:
+            return "own_process_group"
+        if seen.sid == self._sid:
+            return "own_session"
+        if seen.uid != self._uid:
+            return "other_user"
+        return None
+
+    def send(self, target: Target, sig: int) -> str | None:
+        """Signal ``target`` through a verified pidfd; the refusal reason, or None if sent."""
+        try:
+            fd = os.pidfd_open(target.pid)
+        except ProcessLookupError:
+            return "gone"
+        except OSError:
+            return "pidfd_unavailable"
+        try:
+            reason = self.refuse(target, procs.read(target.pid))
+            if reason is not None:
+                return reason
+            try:
+                signal.pidfd_send_signal(fd, sig)
+            except ProcessLookupError:
+                return "gone"
+            return None
+        finally:
+            os.close(fd)
+
+
+def members(leader: Target, marker: str | None, table: ProcessTable) -> list[Target]:
+    """The recorded process, its process group, its descendants, and marked escapees."""
+    found: dict[int, Proc] = {}
+    lead = table.get(leader.pid)
+    if lead is None or not procs.same_start(lead.create_time, leader.create_time):
+        return []
+    found[lead.pid] = lead
+    children: dict[int, list[Proc]] = {}
+    for p in table.procs.values():
+        children.setdefault(p.ppid, []).append(p)
+        if p.pgrp == leader.pid and p.pid != leader.pid:
+            found[p.pid] = p  # same group: the group id is the leader's pid (its own session)
+    stack = [leader.pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child.pid not in found or child.pid == leader.pid:
+                found[child.pid] = child
+                stack.append(child.pid)
+    if marker:
+        for p in table.procs.values():
+            if p.pid not in found and p.uid == os.getuid() and _environ_has(p.pid, marker):
+                found[p.pid] = p
+    return [Target(p.pid, p.create_time) for p in found.values() if not p.zombie]
+
+
+def _environ_has(pid: int, marker: str) -> bool:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as fh:
+        return f"{CALL_MARKER}={marker}".encode() in fh.read().split(b"\0")
+    return False

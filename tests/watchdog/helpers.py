@@ -1,0 +1,100 @@
+"""Writing a foreign runtime's ledger rows, and spawning real process trees."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tests.conftest import Procs, wait_until
+from turnwatch.runtime.events import Event
+from turnwatch.tracing.ledger import Ledger
+
+
+class Recorder:
+    """Writes events with chosen timestamps, as a runtime (alive or dead) would have."""
+
+    def __init__(self, path: Path) -> None:
+        self.ledger = Ledger(path)
+        self.path = path
+
+    def __call__(self, kind: str, session: str = "s", ago: float = 0.0, **kw: Any) -> None:
+        attrs = kw.pop("attrs", {})
+        self.ledger.append(
+            Event(kind=kind, session=session, ts_unix=time.time() - ago, attrs=attrs, **kw)
+        )
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def runtime(self, session: str = "s", pid: int | None = None, ago: float = 60.0) -> None:
+        p = psutil.Process(pid or os.getpid())
+        self(
+            "runtime.started",
+            session,
+            ago,
+            attrs={"pid": p.pid, "create_time": p.create_time(), "mode": "adr"},
+        )
+
+    def aborted_turn(
+        self,
+        proc: psutil.Process,
+        *,
+        session: str = "s",
+        tool: str = "Bash",
+        aborted_ago: float = 30.0,
+        ended: bool = True,
+        cls: str | None = None,
+    ) -> None:
+        """A turn whose stop reached a call with a live recorded process."""
+        t, c = f"{session}.t1", f"{session}.c1"
+        self("turn.started", session, aborted_ago + 5, turn=t)
+        attrs = {"class": cls} if cls else {}
+        self("tool.requested", session, aborted_ago + 5, turn=t, call=c, tool=tool, attrs=attrs)
+        self(
+            "tool.started",
+            session,
+            aborted_ago + 4,
+            turn=t,
+            call=c,
+            tool=tool,
+            attrs={"pid": proc.pid, "create_time": proc.create_time()},
+        )
+        self("stop.clicked", session, aborted_ago + 0.1, turn=t)
+        self("abort.rpc.received", session, aborted_ago + 0.1, turn=t, attrs={"source": "ui"})
+        self("tools.abort.sent", session, aborted_ago, turn=t, call=c, tool=tool)
+        if ended:
+            self(
+                "tool.finished",
+                session,
+                aborted_ago - 1,
+                turn=t,
+                call=c,
+                tool=tool,
+                attrs={"outcome": "aborted"},
+            )
+            self("turn.settled", session, aborted_ago - 1, turn=t, attrs={"outcome": "aborted"})
+            self("abort.rpc.returned", session, aborted_ago - 1, turn=t)
+            self("processing.cleared", session, aborted_ago - 1, turn=t)
+
+
+def spawn_tree(
+    procs: Procs, log: Path | None = None, marker: str = "s/s.c1"
+) -> list[psutil.Process]:
+    """A bash that ignores SIGTERM (logging each one) with a subshell that ignores it too."""
+    pidfile = Path(tempfile.mkdtemp(prefix="tw-tree-")) / "child.pid"
+    trap = f"echo TERM >> {log}" if log else ""
+    script = (
+        f"trap '{trap}' TERM; (trap '' TERM; while :; do sleep 0.1; done) & "
+        f"echo $! > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; "
+        "while :; do sleep 0.1; done"
+    )
+    leader = procs.spawn(
+        ["bash", "-c", script], start_new_session=True, env={**os.environ, "TURNWATCH_CALL": marker}
+    )
+    wait_until(pidfile.exists, what="the subshell to start")
+    return [leader, procs.track(int(pidfile.read_text()))]

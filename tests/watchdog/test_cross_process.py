@@ -1,0 +1,192 @@
+"""The watchdog beside a runtime, and against runtimes in other processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import GRACE, Procs, release_fifo, until, wait_until
+from tests.watchdog.helpers import Recorder, spawn_tree
+from turnwatch import names
+from turnwatch.runtime import LocalHost, Mode, Runtime
+from turnwatch.tracing import view
+from turnwatch.tracing.ledger import Ledger, connect
+from turnwatch.watchdog.loop import Watchdog
+from turnwatch.watchdog.scan import Config
+
+ROOT = Path(__file__).resolve().parents[2]
+CFG = Config(grace_s=0.5, slack_s=0.5, rpc_stuck_s=0.3)
+
+
+def state(path: Path, session: str) -> str:
+    conn = connect(path, readonly=True)
+    try:
+        (row,) = view.sessions(conn, only=session, th=CFG.thresholds)
+        return row.state
+    finally:
+        conn.close()
+
+
+async def test_legacy_pin_recovered_in_process(tmp_path: Path, fifo: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    rt = Runtime(LocalHost(), mode=Mode.LEGACY, grace_s=GRACE, sink=ledger)
+    turn = rt.start_turn("s")
+    turn.request("Grep", {"pattern": "x", "path": str(fifo)})
+    user_stop = asyncio.ensure_future(rt.abort("s"))
+    await asyncio.sleep(0.5)
+    ledger.flush()
+    assert state(path, "s") == "pinned"
+    dog = Watchdog(path, ledger, ledger.flush, cfg=CFG, runtime=rt)
+
+    cycle = await dog.cycle()
+
+    assert {f.kind for f in cycle.findings} >= {names.F_PINNED_SESSION, names.F_ABORT_RPC_STUCK}
+    (action,) = cycle.actions  # one walk for the pinned session and its stuck RPC
+    assert action.result == "ok"
+    assert action.action == "in-process abort()"
+    await asyncio.wait_for(user_stop, 5)
+    ledger.close()
+    assert state(path, "s") == "idle"
+
+
+@pytest.fixture
+def far_runtime(tmp_path: Path, procs: Procs) -> Iterator[tuple[Path, Path, subprocess.Popen[str]]]:
+    fifo = tmp_path / "far.fifo"
+    os.mkfifo(fifo)
+    path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.watchdog.runtime_proc",
+            str(path),
+            str(sock),
+            "legacy",
+            "Grep",
+            json.dumps({"pattern": "x", "path": str(fifo)}),
+            "stop",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    procs.track(proc.pid)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    yield path, sock, proc
+    release_fifo(fifo)
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+
+
+async def test_pinned_session_recovered_through_the_control_socket(
+    far_runtime: tuple[Path, Path, subprocess.Popen[str]],
+) -> None:
+    path, sock, _proc = far_runtime
+    assert oct(sock.stat().st_mode & 0o777) == "0o600"
+    await until(lambda: state(path, "far") == "pinned", what="the far session to pin")
+    ledger = Ledger(path)
+    dog = Watchdog(path, ledger, ledger.flush, cfg=CFG)  # no runtime here: another process
+
+    cycle = await dog.cycle()
+    ledger.close()
+
+    (action,) = cycle.actions
+    assert action.result == "ok", action
+    assert action.action == f"agent.abort via {sock}"
+    await until(lambda: state(path, "far") == "idle", what="processing to clear")
+
+
+async def test_runtime_killed_mid_turn_leaves_an_orphan_that_is_reaped(
+    tmp_path: Path, procs: Procs
+) -> None:
+    path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.watchdog.runtime_proc",
+            str(path),
+            str(sock),
+            "adr",
+            "Bash",
+            json.dumps({"command": "trap '' TERM; sleep 300 & sleep 300"}),
+            "run",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    procs.track(proc.pid)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    conn = connect(path, readonly=True)
+    (call,) = view.sessions(conn, only="far")[0].calls
+    conn.close()
+    bash = procs.track(call.pid)
+    wait_until(lambda: bash.children(), what="the child sleep")
+    child = procs.track(bash.children()[0].pid)
+
+    os.kill(proc.pid, signal.SIGKILL)  # the runtime dies mid-turn
+    proc.wait()
+    proc.stdout.close()
+
+    ledger = Ledger(path)
+    dog = Watchdog(path, ledger, ledger.flush, cfg=CFG)
+    cycle = await dog.cycle()
+    assert names.F_ORPHAN_TOOL_PROCESS in {f.kind for f in cycle.findings}
+    assert not bash.is_running() or bash.status() == psutil.STATUS_ZOMBIE
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    # The dead runtime's session was pinned "processing": the walk settled it, by the watchdog.
+    assert names.F_PINNED_SESSION in {f.kind for f in cycle.findings}
+    ledger.close()
+    assert state(path, "far") == "idle"
+    conn = connect(path, readonly=True)
+    settled = conn.execute("SELECT attrs_json FROM events WHERE kind='turn.settled'").fetchall()
+    conn.close()
+    assert [json.loads(r[0])["settled_by"] for r in settled] == ["watchdog"]
+
+
+def test_watchdog_killed_mid_recovery_resumes_without_a_second_sigterm(
+    tmp_path: Path, procs: Procs
+) -> None:
+    path, log = tmp_path / "ledger.sqlite3", tmp_path / "terms.log"
+    tree = spawn_tree(procs, log=log)
+    rec = Recorder(path)
+    rec.runtime()
+    rec.aborted_turn(tree[0])
+    rec.close()
+    cmd = [
+        sys.executable,
+        "-m",
+        "turnwatch",
+        "watch",
+        "--once",
+        "--grace",
+        "3",
+        "--ledger",
+        str(path),
+    ]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.track(first.pid)
+    wait_until(lambda: log.exists() and log.read_text().count("TERM") == 1, what="one SIGTERM")
+    first.kill()  # mid-recovery: SIGTERM sent, SIGKILL not yet
+    first.wait()
+    assert all(p.is_running() for p in tree)
+
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+    assert second.returncode == 0, second.stderr
+    assert log.read_text().count("TERM") == 1  # resumed at the SIGKILL step: no second SIGTERM
+    assert procs.alive() == []

@@ -1,0 +1,191 @@
+"""The watchdog against real processes: find, terminate, refuse, never touch awaited calls."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import Procs, wait_until
+from tests.watchdog.helpers import Recorder, spawn_tree
+from turnwatch import names
+from turnwatch.tracing.ledger import Ledger, connect
+from turnwatch.watchdog.loop import Watchdog
+from turnwatch.watchdog.scan import Config, scan
+from turnwatch.watchdog.signals import Guard, Target
+
+CFG = Config(grace_s=0.5, slack_s=0.5, rpc_stuck_s=0.5)
+
+
+def watchdog(path: Path, **kw: object) -> tuple[Watchdog, Ledger]:
+    ledger = Ledger(path)
+    return Watchdog(path, ledger, ledger.flush, cfg=CFG, **kw), ledger  # type: ignore[arg-type]
+
+
+def kinds(path: Path) -> list[str]:
+    conn = connect(path, readonly=True)
+    try:
+        return [f.kind for f in scan(conn, cfg=CFG).findings]
+    finally:
+        conn.close()
+
+
+async def test_aborted_turn_with_a_live_term_ignoring_tree_is_reaped(
+    tmp_path: Path, procs: Procs
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    tree = spawn_tree(procs)
+    rec = Recorder(path)
+    rec.runtime()
+    rec.aborted_turn(tree[0])
+    rec.close()
+    assert kinds(path) == [names.F_ABORTED_WITH_LIVE_PROCESS]
+
+    dog, ledger = watchdog(path)
+    cycle = await dog.cycle()
+    ledger.close()
+
+    (action,) = cycle.actions
+    assert action.result == "ok", action
+    assert procs.alive() == []  # the leader and the child, SIGKILLed at the grace end
+    assert kinds(path) == []  # recorded as reaped: nothing more to do
+    conn = connect(path, readonly=True)
+    reaped = conn.execute("SELECT count(*) FROM events WHERE kind='process.reaped'").fetchone()
+    assert reaped[0] >= len(tree)  # plus any short-lived member (a sleep) it caught
+
+
+async def test_a_reused_pid_is_not_signalled(tmp_path: Path, procs: Procs) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    (other,) = spawn_tree(procs)[:1]
+    rec = Recorder(path)
+    rec.runtime()
+    rec("turn.started", turn="s.t1", ago=40)
+    rec("tool.requested", turn="s.t1", call="s.c1", tool="Bash", ago=40)
+    # The recorded process had this pid, but started at another time: it is not this one.
+    rec(
+        "tool.started",
+        turn="s.t1",
+        call="s.c1",
+        tool="Bash",
+        ago=40,
+        attrs={"pid": other.pid, "create_time": other.create_time() - 1000},
+    )
+    rec("tools.abort.sent", turn="s.t1", call="s.c1", tool="Bash", ago=30)
+    rec.close()
+    dog, ledger = watchdog(path)
+    cycle = await dog.cycle()
+    ledger.close()
+    assert [f.kind for f in cycle.findings if f.pid] == []
+    assert other.is_running()
+    guard = Guard()
+    assert guard.send(Target(other.pid, other.create_time() - 1000), 9) == "start_time_differs"
+    assert other.is_running()
+
+
+@pytest.mark.parametrize("who", ["pid1", "self", "parent"])
+async def test_rows_naming_pid_1_itself_or_its_parent_are_refused(tmp_path: Path, who: str) -> None:
+    pid = {"pid1": 1, "self": os.getpid(), "parent": os.getppid()}[who]
+    target = psutil.Process(pid)
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    rec.runtime(pid=1)  # a runtime that would be "alive": no orphan shortcut
+    rec.aborted_turn(target)
+    rec.close()
+    dog, ledger = watchdog(path)
+    cycle = await dog.cycle()
+    ledger.close()
+    (action,) = [a for a in cycle.actions if a.finding.pid == pid]
+    assert action.result == "refused"
+    assert sum(dog.guard.refusals.values()) >= 1
+    assert target.is_running()
+    assert Guard().refuse(Target(pid, target.create_time()), None) in {
+        "pid_le_1",
+        "self",
+        "ancestor",
+    }
+
+
+async def test_mutating_call_long_after_the_stop_is_reported_never_signalled(
+    tmp_path: Path, procs: Procs
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    (server,) = spawn_tree(procs)[:1]  # stands for an MCP server still writing
+    rec = Recorder(path)
+    rec.runtime()
+    rec.aborted_turn(server, tool="mcp__fs__write_file", ended=False, cls="extension")
+    rec.close()
+    dog, ledger = watchdog(path)
+    cycle = await dog.cycle()
+    ledger.close()
+    assert names.F_AWAIT_OVERDUE in [f.kind for f in cycle.findings]
+    assert {a.result for a in cycle.actions if a.finding.kind == names.F_AWAIT_OVERDUE} == {
+        "report_only"
+    }
+    assert server.is_running()
+    assert server.status() != psutil.STATUS_STOPPED
+
+
+async def test_late_result_after_settlement_is_activity_after_settle(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    rec.runtime()
+    rec("turn.started", turn="s.t1", ago=20)
+    rec("tool.requested", turn="s.t1", call="s.c1", tool="Write", ago=20)
+    rec("tool.started", turn="s.t1", call="s.c1", tool="Write", ago=20)
+    rec("turn.settled", turn="s.t1", ago=10, attrs={"outcome": "aborted"})
+    rec(
+        "tool.finished",
+        turn="s.t1",
+        call="s.c1",
+        tool="Write",
+        ago=5,
+        attrs={"outcome": "completed"},
+    )
+    rec.close()
+    assert names.F_ACTIVITY_AFTER_SETTLE in kinds(path)
+
+
+async def test_dry_run_signals_nothing(tmp_path: Path, procs: Procs) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    tree = spawn_tree(procs)
+    rec = Recorder(path)
+    rec.runtime()
+    rec.aborted_turn(tree[0])
+    rec.close()
+    dog, ledger = watchdog(path, dry_run=True)
+    cycle = await dog.cycle()
+    ledger.close()
+    assert [a.result for a in cycle.actions] == ["dry_run"]
+    await asyncio.sleep(0.1)
+    assert len(procs.alive()) == len(tree)
+
+
+async def test_runtime_gone_leaves_an_orphan_that_is_reaped(tmp_path: Path, procs: Procs) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    dead = procs.spawn(["sleep", "0"])
+    ct = dead.create_time()
+    procs.popens[-1].wait()
+    tree = spawn_tree(procs)
+    rec = Recorder(path)
+    rec("runtime.started", ago=60, attrs={"pid": dead.pid, "create_time": ct, "mode": "adr"})
+    rec("turn.started", turn="s.t1", ago=30)
+    rec("tool.requested", turn="s.t1", call="s.c1", tool="Bash", ago=30)
+    rec(
+        "tool.started",
+        turn="s.t1",
+        call="s.c1",
+        tool="Bash",
+        ago=30,
+        attrs={"pid": tree[0].pid, "create_time": tree[0].create_time()},
+    )
+    rec.close()
+    # The tool outlived its runtime; the runtime's session is pinned "processing" for good.
+    assert set(kinds(path)) == {names.F_ORPHAN_TOOL_PROCESS, names.F_PINNED_SESSION}
+    dog, ledger = watchdog(path)
+    await dog.cycle()
+    ledger.close()
+    wait_until(lambda: procs.alive() == [], what="the orphan tree to die")
+    assert kinds(path) == []
