@@ -31,11 +31,11 @@ from turnwatch.runtime import (
     Receipt,
     Runtime,
 )
+from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.watchdog.loop import Watchdog
 from turnwatch.watchdog.procs import ProcessTable
 from turnwatch.watchdog.scan import Config
-from turnwatch.watchdog.signals import CALL_MARKER
 
 #: A Grep over this many hard links of one file reads for minutes, for the cost of a few links.
 TREE_LINKS = 4000

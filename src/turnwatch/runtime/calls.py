@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from turnwatch import names
 from turnwatch.runtime.gate import Prompt
-from turnwatch.runtime.model import Outcome, Phase, Policy, ToolClass, ToolResult
+from turnwatch.runtime.model import POLICY_OF, Outcome, Phase, Policy, ToolClass, ToolResult
 from turnwatch.runtime.protocol import (
     AbortRequest,
     HostMessage,
@@ -51,6 +51,10 @@ class Call:
         self.call_id = call_id
         self.tool = tool
         self.tool_class = tool_class
+        # The policy its class fixes (design §1), and both as plain strings for the hot path.
+        self.policy = POLICY_OF[tool_class]
+        self.class_name: str = tool_class.value
+        self.policy_name: str = self.policy.value
         self.args = args
         # Where the call is; moves forward only.
         self.phase = Phase.QUEUED
@@ -83,13 +87,6 @@ class Call:
     def never(self) -> asyncio.Future[object]:
         """A stop that never comes: what a call watches in a mode that ignores pre-start stops."""
         return asyncio.get_running_loop().create_future()
-
-    @property
-    def policy(self) -> Policy:
-        """The policy this call's class fixes (design §1)."""
-        from turnwatch.runtime.model import POLICY_OF
-
-        return POLICY_OF[self.tool_class]
 
     def emit(self, kind: str, **attrs: Any) -> None:
         """Emit an event about this call."""
@@ -148,10 +145,11 @@ class Call:
             self.turn.session.admission.release()
         text = "".join(self.output) if output is None else output
         self.result.set_result(ToolResult(self.call_id, self.tool, outcome, text, error_code, data))
-        if outcome is Outcome.DISCARDED:
-            self.emit(names.TOOL_RESULT_DISCARDED, outcome=outcome.value, **attrs)
-        elif outcome not in (Outcome.REFUSED,):
-            self.emit(names.TOOL_FINISHED, outcome=outcome.value, **attrs)
+        if self.runtime.sink is not None and outcome is not Outcome.REFUSED:
+            kind = (
+                names.TOOL_RESULT_DISCARDED if outcome is Outcome.DISCARDED else names.TOOL_FINISHED
+            )
+            self.emit(kind, outcome=outcome.value, **attrs)
         self.turn.call_done(self)
         return True
 
@@ -188,12 +186,13 @@ class Call:
     def send_abort(self, source: str) -> None:
         """Send the typed ``tools.abort`` for this call to the host."""
         self.abort_sent = True
-        self.emit(
-            names.TOOLS_ABORT_SENT,
-            policy=self.policy.value,
-            **{"class": self.tool_class.value},
-            source=source,
-        )
+        if self.runtime.sink is not None:  # no sink: not even the attributes are built
+            self.emit(
+                names.TOOLS_ABORT_SENT,
+                policy=self.policy_name,
+                **{"class": self.class_name},
+                source=source,
+            )
         self.runtime.host.abort(
             AbortRequest(
                 self.session,
@@ -209,9 +208,7 @@ class Call:
     def race(self) -> None:
         """``race``: the wait ends now; the host discards the result."""
         self.abandoned = True
-        self.finish(
-            Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, policy=Policy.RACE.value
-        )
+        self.finish(Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, policy="race")
 
     async def grace(self, window: float) -> None:
         """``grace``: wait at most ``window`` for the host's collected output, then give up."""

@@ -6,7 +6,6 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any
 
 from turnwatch import names
@@ -200,15 +199,14 @@ class Runtime:
             call.exec_task = asyncio.get_running_loop().create_task(
                 self.host.execute(req, call.on_message), name=f"execute {call.call_id}"
             )
-            await asyncio.wait((call.exec_task, call.stop), return_when=asyncio.FIRST_COMPLETED)
-            if call.exec_task.done():
-                if call.exec_task.cancelled() or call.exec_task.exception() is not None:
-                    call.finish(Outcome.FAILED, error=repr(call.exec_task.exception()))
-                elif not call.stop.done() or not call.result.done():
-                    call.finish_from_host(call.exec_task.result())
+            # Only the host's answer wakes this task. A stop does not: its handler resolves the
+            # call itself (a walk over 10,000 calls must not wake 10,000 tasks), and an answer
+            # that comes after is then dropped or, if a side effect outlived the wait, recorded.
+            await asyncio.wait((call.exec_task,))
+            if call.exec_task.cancelled() or call.exec_task.exception() is not None:
+                call.finish(Outcome.FAILED, error=repr(call.exec_task.exception()))
             else:
-                # The stop handler owns the call now; keep observing a result it let go.
-                call.exec_task.add_done_callback(partial(_late_result, call))
+                call.finish_from_host(call.exec_task.result())
         except Exception as exc:  # a host bug must not leave the turn open forever
             call.finish(Outcome.FAILED, error=repr(exc))
             raise
@@ -392,10 +390,11 @@ class Runtime:
             return
         call.send_abort(src.value)
         policy = Policy.RACE if mode is Mode.ABANDON_ALL else call.policy
-        loop = asyncio.get_running_loop()
         if policy is Policy.RACE and mode is not Mode.GRACE_ONLY:
             call.race()
-        elif policy is Policy.GRACE or mode is Mode.GRACE_ONLY:
+            return
+        loop = asyncio.get_running_loop()
+        if policy is Policy.GRACE or mode is Mode.GRACE_ONLY:
             call.handler = loop.create_task(call.grace(self.grace_s), name=f"grace {call.call_id}")
         else:
             call.handler = loop.create_task(call.await_result(), name=f"await {call.call_id}")
@@ -419,12 +418,6 @@ class Runtime:
             sess.processing = False
             self.emit(names.PROCESSING_CLEARED, sess.id, turn=turn.id)
         turn.settled.set_result(outcome)
-
-
-def _late_result(call: Call, task: asyncio.Task[Any]) -> None:
-    if task.cancelled() or task.exception() is not None:
-        return
-    call.finish_from_host(task.result())
 
 
 def _last(sess: Session) -> Turn | None:

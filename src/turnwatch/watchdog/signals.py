@@ -8,17 +8,15 @@ this process or its ancestors, never our own process group or session, never ano
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 from collections import Counter
 from dataclasses import dataclass, field
 
+from turnwatch.runtime.procfs import environ_has
+from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.watchdog import procs
 from turnwatch.watchdog.procs import Proc, ProcessTable
-
-#: Environment variable every tool process of the local host carries (``session/call``).
-CALL_MARKER = "TURNWATCH_CALL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,30 +89,17 @@ class Guard:
 
 def members(leader: Target, marker: str | None, table: ProcessTable) -> list[Target]:
     """The recorded process, its process group, its descendants, and marked escapees."""
-    found: dict[int, Proc] = {}
     lead = table.get(leader.pid)
     if lead is None or not procs.same_start(lead.create_time, leader.create_time):
         return []
-    found[lead.pid] = lead
-    children: dict[int, list[Proc]] = {}
-    for p in table.procs.values():
-        children.setdefault(p.ppid, []).append(p)
-        if p.pgrp == leader.pid and p.pid != leader.pid:
-            found[p.pid] = p  # same group: the group id is the leader's pid (its own session)
-    stack = [leader.pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child.pid not in found or child.pid == leader.pid:
-                found[child.pid] = child
-                stack.append(child.pid)
+    found: dict[int, Proc] = {lead.pid: lead}
+    # Same group (the group id is the leader's pid: process tools run in their own session).
+    found.update((p.pid, p) for p in table.procs.values() if p.pgrp == leader.pid)
+    found.update((p.pid, p) for p in table.descendants(leader.pid))
     if marker:
+        uid = os.getuid()
         for p in table.procs.values():
-            if p.pid not in found and p.uid == os.getuid() and _environ_has(p.pid, marker):
+            if p.pid not in found and p.uid == uid and environ_has(p.pid, CALL_MARKER, marker):
                 found[p.pid] = p
+                found.update((d.pid, d) for d in table.descendants(p.pid))
     return [Target(p.pid, p.create_time) for p in found.values() if not p.zombie]
-
-
-def _environ_has(pid: int, marker: str) -> bool:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as fh:
-        return f"{CALL_MARKER}={marker}".encode() in fh.read().split(b"\0")
-    return False

@@ -106,9 +106,19 @@ async def run_process(
         env=full_env,
         start_new_session=True,
     )
+    proctree.SPAWNED.add(proc.pid)
     pidfd = os.pidfd_open(proc.pid)
     exited = asyncio.Event()
-    ctx.loop.add_reader(pidfd, exited.set)
+    exit_ns: list[int] = []
+
+    def on_exit() -> None:
+        # A pidfd stays readable once the process exits: remove the reader at once, or the
+        # loop would call this on every iteration (a busy spin) until the finally below.
+        ctx.loop.remove_reader(pidfd)
+        exit_ns.append(time.monotonic_ns())
+        exited.set()
+
+    ctx.loop.add_reader(pidfd, on_exit)
     pipes = _Pipes(ctx, proc)
     try:
         with contextlib.suppress(psutil.Error):
@@ -121,14 +131,14 @@ async def run_process(
             stop.cancel()
             done.cancel()
         if not exited.is_set() and ctx.abort is not None:
-            return await _terminate(ctx, proc, pidfd, exited, pipes, marker)
+            return await _terminate(ctx, proc, exited, exit_ns, pipes, marker)
         await pipes.drain(DRAIN_CAP_S)
         code = proc.wait()
         status = HostStatus.OK if code == 0 else HostStatus.ERROR
         return HostResult(
             status,
             pipes.text,
-            data={"exit_code": code},
+            data={"exit_code": code, "exit_mono_ns": exit_ns[0] if exit_ns else None},
             error=None if code == 0 else f"exit code {code}",
         )
     finally:
@@ -138,13 +148,14 @@ async def run_process(
         if proc.returncode is None:
             proc.kill()  # only reached if we were cancelled ourselves; the group is still ours
             proc.wait()
+        proctree.SPAWNED.discard(proc.pid)
 
 
 async def _terminate(
     ctx: ToolContext,
     proc: subprocess.Popen[bytes],
-    pidfd: int,
     exited: asyncio.Event,
+    exit_ns: list[int],
     pipes: _Pipes,
     marker: str,
 ) -> HostResult:
@@ -152,26 +163,29 @@ async def _terminate(
     started = time.monotonic()
     window = max(ctx.abort.grace_s - ANSWER_MARGIN_S, ctx.abort.grace_s / 2)
     deadline = started + window
-    members = proctree.snapshot(proc.pid, marker)
+    # The group first: one syscall. Then the tree, from the kernel's children lists (O(tree)),
+    # or, where there are none, from one /proc scan shared by every stop under way.
     proctree.signal_group(proc.pid, signal.SIGTERM)
-    proctree.signal_members(members, signal.SIGTERM)
+    found = await proctree.snapshot(proc.pid, marker)
+    proctree.signal_members({p: c for p, c in found.items() if p != proc.pid}, signal.SIGTERM)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(exited.wait(), timeout=max(deadline - time.monotonic(), 0))
     ended_on_term = exited.is_set()
-    # Whatever is left at the window's end is killed: the group (its leader is unreaped, so the
-    # pgid is still ours) and every member of the tree, old snapshot and new.
-    members.update(proctree.snapshot(proc.pid, marker))
+    # Whatever is left now is killed: the group (its leader is unreaped, so the pgid is still
+    # ours) and every member of the tree; past the window, a fresh scan finds late forks too.
     proctree.signal_group(proc.pid, signal.SIGKILL)
-    proctree.kill_all(members)
+    if not ended_on_term:
+        found.update(await proctree.snapshot(proc.pid, marker))
+    found.pop(proc.pid, None)
+    left = proctree.alive(found)
+    proctree.signal_members(left, signal.SIGKILL)
     await pipes.drain(min(DRAIN_CAP_S, max(deadline - time.monotonic(), 0.01)))
     code = proc.wait()
-    members.pop(proc.pid, None)
     kill_deadline = time.monotonic() + KILL_WAIT_S
-    left = proctree.alive(members)
     while left and time.monotonic() < kill_deadline:
-        proctree.kill_all(left)
         await asyncio.sleep(0.01)  # polling: a process that is not our child has no exit event
         left = proctree.alive(left)
+        proctree.signal_members(left, signal.SIGKILL)
     return HostResult(
         HostStatus.ABORTED,
         pipes.text,
@@ -181,6 +195,7 @@ async def _terminate(
             "terminated_by": "SIGTERM" if ended_on_term else "SIGKILL",
             "survivors": sorted(left),
             "stop_to_exit_s": time.monotonic() - started,
+            "exit_mono_ns": exit_ns[0] if exit_ns else None,
         },
     )
 

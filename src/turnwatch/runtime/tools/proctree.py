@@ -1,24 +1,38 @@
 """A tool's process tree: find every member, signal only the recorded ones, reap what we adopt.
 
-A process is ``(pid, create_time)``, never a pid alone: psutil's ``Process`` checks the start time
-before it signals. A process group is not a tree (``setsid`` leaves the group), so a stop snapshots
-the tree as well as signalling the group, and finds escapees by the call marker in their
-environment. On Linux the host is a child subreaper, so escapees re-parent to it and stay findable.
+A process group is not a tree (``setsid`` leaves the group), so a stop signals the group and also
+the tree: the root's descendants, plus escapees the host adopted as child subreaper, recognised
+by the call marker in their environment. Concurrent stops share one ``/proc`` scan
+(:class:`SharedScan`): a hundred Bash calls stopped together cost one scan, not a hundred.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import os
-import signal
 import sys
+import time
 
-import psutil
+from turnwatch.runtime.procfs import (
+    ProcessTable,
+    child_pids,
+    children_files,
+    environ_has,
+    read,
+    signal_verified,
+)
 
 #: Environment variable every tool process carries: ``session/call_id``.
 CALL_MARKER = "TURNWATCH_CALL"
 _PR_SET_CHILD_SUBREAPER = 36
+
+#: Tool processes this host spawned and has not reaped: our children that are *not* escapees.
+#: Anything else among our direct children was adopted (we are a subreaper).
+SPAWNED: set[int] = set()
+
+Members = dict[int, float]  # pid -> start time
 
 
 def become_subreaper() -> bool:
@@ -32,26 +46,70 @@ def become_subreaper() -> bool:
         return False
 
 
-def _has_marker(proc: psutil.Process, marker: str) -> bool:
-    try:
-        return proc.environ().get(CALL_MARKER) == marker
-    except (psutil.Error, OSError):
-        return False
+class SharedScan:
+    """One ``/proc`` scan in a worker thread, shared by every caller that asks meanwhile."""
+
+    def __init__(self, max_age_s: float = 0.005) -> None:
+        self.max_age_s = max_age_s
+        self._task: asyncio.Future[ProcessTable] | None = None
+        self._at = 0.0
+
+    async def table(self) -> ProcessTable:
+        fresh = self._task is not None and (
+            not self._task.done() or time.monotonic() - self._at < self.max_age_s
+        )
+        if not fresh:
+            self._at = time.monotonic()
+            self._task = asyncio.ensure_future(asyncio.to_thread(ProcessTable.scan))
+        assert self._task is not None
+        return await asyncio.shield(self._task)
 
 
-def snapshot(root_pid: int, marker: str) -> dict[int, psutil.Process]:
-    """Every live member of the call's tree: the root's descendants and marked escapees."""
-    members: dict[int, psutil.Process] = {}
-    with contextlib.suppress(psutil.Error):
-        root = psutil.Process(root_pid)
-        members[root.pid] = root
-        for child in root.children(recursive=True):
-            members[child.pid] = child
-    with contextlib.suppress(psutil.Error):
-        for child in psutil.Process().children(recursive=True):
-            if child.pid not in members and _has_marker(child, marker):
-                members[child.pid] = child
-    return members
+SCAN = SharedScan()
+
+
+def tree(root: int, marker: str) -> Members:
+    """:func:`members` from the kernel's children lists: O(tree), cheap enough for the loop."""
+    found: Members = {}
+
+    def walk(pid: int) -> None:
+        stack = [pid]
+        while stack:
+            cur = stack.pop()
+            p = read(cur)
+            if p is None or cur in found:
+                continue
+            found[cur] = p.create_time
+            stack.extend(child_pids(cur))
+
+    walk(root)
+    for child in child_pids(os.getpid()):
+        if child not in found and child not in SPAWNED and environ_has(child, CALL_MARKER, marker):
+            walk(child)
+    return found
+
+
+async def snapshot(root: int, marker: str) -> Members:
+    """The call's tree now: via children lists, else one /proc scan shared by concurrent stops."""
+    if children_files():
+        return tree(root, marker)
+    return members(await SCAN.table(), root, marker)
+
+
+def members(table: ProcessTable, root: int, marker: str) -> Members:
+    """The root, its descendants, and adopted escapees carrying ``marker`` (with theirs)."""
+    found: Members = {}
+    r = table.get(root)
+    if r is not None:
+        found[root] = r.create_time
+        found.update((p.pid, p.create_time) for p in table.descendants(root))
+    for child in table.children(os.getpid()):
+        if child.pid in found or child.pid in SPAWNED:
+            continue
+        if environ_has(child.pid, CALL_MARKER, marker):
+            found[child.pid] = child.create_time
+            found.update((p.pid, p.create_time) for p in table.descendants(child.pid))
+    return found
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -60,28 +118,26 @@ def signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def signal_members(members: dict[int, psutil.Process], sig: int) -> None:
-    """Signal each member; psutil refuses a pid whose start time no longer matches."""
-    for proc in members.values():
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(sig)
+def signal_members(found: Members, sig: int) -> None:
+    """Signal each member through a verified pidfd (never a reused pid)."""
+    for pid, create_time in found.items():
+        signal_verified(pid, create_time, sig)
 
 
-def alive(members: dict[int, psutil.Process]) -> dict[int, psutil.Process]:
+def alive(found: Members) -> Members:
     """The members still running; a zombie counts as dead (and is reaped if it is ours)."""
-    left: dict[int, psutil.Process] = {}
+    table = ProcessTable.scan(set(found))
+    left: Members = {}
     me = os.getpid()
-    for pid, proc in members.items():
-        try:
-            if not proc.is_running():
-                continue
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                if proc.ppid() == me:
-                    reap(pid)
-                continue
-        except psutil.Error:
+    for pid, ct in found.items():
+        p = table.get(pid)
+        if p is None or abs(p.create_time - ct) > 0.05:
             continue
-        left[pid] = proc
+        if p.zombie:
+            if p.ppid == me and pid not in SPAWNED:
+                reap(pid)
+            continue
+        left[pid] = ct
     return left
 
 
@@ -89,8 +145,3 @@ def reap(pid: int) -> None:
     """Collect our zombie child ``pid`` (adopted as subreaper); a no-op when it is not ours."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
-
-
-def kill_all(members: dict[int, psutil.Process]) -> None:
-    """SIGKILL every member still alive."""
-    signal_members(alive(members), signal.SIGKILL)

@@ -1,0 +1,152 @@
+"""The four modes on one workload: 100 concurrent sessions, each with a Grep that cannot finish
+(it reads a FIFO no one writes: a hung mount, so the worker cannot be cancelled and burns no CPU),
+a Bash that honours SIGTERM, a Bash that ignores it (grace 1 s) and a Write whose permission
+prompt is open at the stop (the user approves it afterwards: only ``abandon_all`` lets it run).
+Stops are clicked one session at a time; per tool class, stop → call released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from benchmarks.common import fmt_s, median, pct, table
+from turnwatch import names
+from turnwatch.runtime import LocalHost, MemorySink, Mode, Runtime
+from turnwatch.testing import check_invariants
+
+SESSIONS = 100
+GRACE_S = 1.0
+PIN_TIMEOUT_S = 3.0  # a legacy stop still pending after this is counted pinned
+LABELS = {"Bash": "Bash (honours TERM)", "Write": "Write (prompt open)"}
+
+
+def release(fifo: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+
+
+async def run_mode(mode: Mode, tmp: Path) -> dict[str, object]:
+    sink = MemorySink()
+    rt = Runtime(
+        LocalHost(),
+        mode=mode,
+        grace_s=GRACE_S,
+        sink=sink,
+        max_running=8,
+        ask_permission=lambda tool, _c: tool == "Write",
+    )
+    fifos = []
+    for i in range(SESSIONS):
+        fifo = tmp / f"{mode.value}-{i}.fifo"
+        os.mkfifo(fifo)
+        fifos.append(fifo)
+        turn = rt.start_turn(f"s{i}")
+        turn.request("Grep", {"pattern": "TODO", "path": str(fifo)})
+        turn.request("Bash", {"command": "exec sleep 300"})
+        turn.request("Bash", {"command": "trap '' TERM; while :; do sleep 0.2; done"})
+        turn.request("Write", {"path": str(tmp / mode.value / f"w{i}"), "content": "x" * 2**22})
+    deadline = time.monotonic() + 60
+    while len(sink.of(names.TOOL_STARTED)) < SESSIONS * 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    stops = []
+    for i in range(SESSIONS):  # one click at a time, as users click
+        stops.append(asyncio.ensure_future(rt.abort(f"s{i}")))
+        for _ in range(3):
+            await asyncio.sleep(0)
+    done, pending = await asyncio.wait(stops, timeout=GRACE_S + PIN_TIMEOUT_S)
+    pinned = len(pending)
+    for e in sink.of(names.PERMISSION_REQUESTED):  # the user approves, after the stop
+        assert e.call is not None
+        rt.answer_permission(e.session, e.call, True)
+    await asyncio.sleep(0.2)
+    for i in range(SESSIONS):  # recover what pinned (legacy), so nothing is left running
+        await rt.abort(f"s{i}", source="watchdog")
+    await asyncio.wait(stops)
+    for fifo in fifos:  # let the raced workers end
+        release(fifo)
+    klass = {e.call: (e.tool, e.attrs.get("class")) for e in sink.of(names.TOOL_REQUESTED)}
+    by_watchdog = {
+        e.call for e in sink.of(names.TOOLS_ABORT_SENT) if e.attrs.get("source") == "watchdog"
+    }
+    click = {
+        e.session: e.mono_ns
+        for e in sink.events
+        if e.kind == names.ABORT_RPC_RECEIVED and e.attrs.get("receipt") == "accepted"
+    }
+    by: dict[str, list[float]] = defaultdict(list)
+    reaped_to_release: list[float] = []
+    for e in sink.events:
+        if e.kind not in (names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED) or e.call is None:
+            continue
+        tool, cls = klass[e.call]
+        label = LABELS.get(tool, str(cls))
+        if tool == "Bash" and "trap" in str(_args(rt, e.session, e.call)):
+            label = "Bash (ignores TERM)"
+        stopped = click.get(e.session)
+        if e.call in by_watchdog or not e.mono_ns or not stopped or e.mono_ns < stopped:
+            continue  # released by the watchdog's walk (a pin), or before the stop
+        by[label].append((e.mono_ns - stopped) / 1e9)
+        res = _result(rt, e.session, e.call)
+        if label == "Bash (honours TERM)" and res and res.data and res.data.get("exit_mono_ns"):
+            reaped_to_release.append((e.mono_ns - res.data["exit_mono_ns"]) / 1e9)
+    return {
+        "mode": mode.value,
+        "by": by,
+        "pinned": pinned,
+        "violations": len(check_invariants(sink.events)),
+        "reaped_to_release": reaped_to_release,
+    }
+
+
+def _call(rt: Runtime, session: str, call: str):  # type: ignore[no-untyped-def]
+    for t in rt.sessions[session].turns.values():
+        if call in t.calls:
+            return t.calls[call]
+    return None
+
+
+def _args(rt: Runtime, session: str, call: str) -> object:
+    c = _call(rt, session, call)
+    return c.args if c else None
+
+
+def _result(rt: Runtime, session: str, call: str):  # type: ignore[no-untyped-def]
+    c = _call(rt, session, call)
+    return c.result.result() if c is not None and c.result.done() else None
+
+
+async def main() -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "adr").mkdir()
+        results = [await run_mode(m, Path(tmp)) for m in Mode]
+    classes = ["read_only", "Bash (honours TERM)", "Bash (ignores TERM)", "Write (prompt open)"]
+    rows = []
+    for r in results:
+        by = r["by"]
+        assert isinstance(by, dict)
+        cells = [
+            f"{fmt_s(median(by[c]))} / {fmt_s(pct(by[c], 0.99))}" if by.get(c) else "pinned"
+            for c in classes
+        ]
+        rows.append([r["mode"], *cells, r["pinned"], r["violations"]])
+    adr = results[0]
+    rr = adr["reaped_to_release"]
+    assert isinstance(rr, list)
+    return (
+        "### Stop → call released, per tool class (median / p99), "
+        f"{SESSIONS} sessions, grace {GRACE_S:g} s\n\n"
+        + table(["mode", *classes, "pinned sessions", "invariant violations"], rows)
+        + f"\n\n`adr`: a Bash that honours SIGTERM is released {fmt_s(median(rr))} (median), "
+        f"{fmt_s(pct(rr, 0.99))} (p99) after its process is reaped.\n"
+    )
+
+
+if __name__ == "__main__":
+    print(asyncio.run(main()))

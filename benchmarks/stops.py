@@ -1,0 +1,125 @@
+"""Single stops, uncontended, and the abort walk over 10,000 in-flight calls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import fmt_s, median, pct, table
+from turnwatch import names
+from turnwatch.runtime import (
+    AbortRequest,
+    ExecuteRequest,
+    HostResult,
+    LocalHost,
+    MemorySink,
+    Runtime,
+    Started,
+)
+from turnwatch.runtime.protocol import MessageCallback
+
+RUNS = 30
+WALK_CALLS = 10_000
+
+
+async def single_stops() -> tuple[list[float], list[float]]:
+    """One session at a time: a read-only race, and a Bash that honours SIGTERM."""
+    race, reaped = [], []
+    host = LocalHost()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(RUNS):
+            fifo = Path(tmp) / f"{i}.fifo"
+            os.mkfifo(fifo)
+            sink = MemorySink()
+            rt = Runtime(host, grace_s=5.0, sink=sink)
+            turn = rt.start_turn("s")
+            turn.request("Grep", {"pattern": "x", "path": str(fifo)})
+            bash = turn.request("Bash", {"command": "echo up; exec sleep 300"})
+            while not sink.of(names.TOOL_PROGRESS, call=bash.call_id):
+                await asyncio.sleep(0.005)
+            await rt.abort("s")
+            click = sink.of(names.ABORT_RPC_RECEIVED)[0].mono_ns or 0
+            race.append(((sink.of(names.TOOL_RESULT_DISCARDED)[0].mono_ns or 0) - click) / 1e9)
+            res = await bash.result()
+            done = sink.of(names.TOOL_FINISHED, call=bash.call_id)[0].mono_ns or 0
+            assert res.data is not None
+            reaped.append((done - res.data["exit_mono_ns"]) / 1e9)
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    return race, reaped
+
+
+class PendingHost:
+    """Holds every call open and acknowledges aborts: the walk is all that is measured."""
+
+    def __init__(self) -> None:
+        self.aborts = 0
+
+    async def execute(self, request: ExecuteRequest, notify: MessageCallback) -> HostResult:
+        notify(Started())
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    def abort(self, request: AbortRequest) -> None:
+        self.aborts += 1
+
+
+async def walk(sink: object | None) -> float:
+    """abort() over WALK_CALLS in-flight read-only calls: click → turn settled."""
+    host = PendingHost()
+    rt = Runtime(host, sink=sink, max_running=WALK_CALLS)  # type: ignore[arg-type]
+    turn = rt.start_turn("s")
+    handles = [turn.request("Grep", {}) for _ in range(WALK_CALLS)]
+    while any(h.phase != "running" for h in handles[-10:]):
+        await asyncio.sleep(0)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    settled: list[float] = []
+    turn.settled.add_done_callback(lambda _f: settled.append(time.perf_counter()))
+    started = time.perf_counter()
+    await rt.abort("s")
+    took = settled[0] - started
+    assert host.aborts == WALK_CALLS
+    for task in asyncio.all_tasks():  # the pending executes, now discarded
+        if task.get_name().startswith("execute "):
+            task.cancel()
+    return took
+
+
+async def main() -> str:
+    race, reaped = await single_stops()
+    walks_bare = [await walk(None) for _ in range(5)]
+    walks_sink = [await walk(MemorySink()) for _ in range(5)]
+    rows = [
+        ["read-only call released after the click", fmt_s(median(race)), fmt_s(pct(race, 0.99))],
+        [
+            "Bash (honours SIGTERM) released after it is reaped",
+            fmt_s(median(reaped)),
+            fmt_s(pct(reaped, 0.99)),
+        ],
+    ]
+    return (
+        f"### One stop at a time ({RUNS} runs)\n\n"
+        + table(["", "median", "p99"], rows)
+        + f"\n\n### abort() over {WALK_CALLS:,} in-flight calls (click → settled)\n\n"
+        + table(
+            ["sink", "median of 5", "worst of 5"],
+            [
+                ["none", fmt_s(median(walks_bare)), fmt_s(max(walks_bare))],
+                [
+                    "in-memory (every event built)",
+                    fmt_s(median(walks_sink)),
+                    fmt_s(max(walks_sink)),
+                ],
+            ],
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    print(asyncio.run(main()))

@@ -1,0 +1,184 @@
+"""Process identity from ``/proc``: a process is ``(pid, start time)``, never a pid alone.
+
+One listing of ``/proc`` builds a :class:`ProcessTable`; callers join their candidates against it
+instead of asking about each pid. :func:`signal_verified` signals through a pidfd opened first and
+verified second, so a signal can never reach a process that reused a recorded pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from dataclasses import dataclass
+from functools import cache
+
+import psutil
+
+#: Start times are compared to this tolerance (they are derived from clock ticks).
+START_TIME_TOLERANCE_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Proc:
+    """A live process as one scan saw it."""
+
+    pid: int
+    ppid: int
+    create_time: float
+    uid: int
+    zombie: bool
+    pgrp: int = 0
+    sid: int = 0
+
+
+@cache
+def _boot_time() -> float:
+    return float(psutil.boot_time())
+
+
+@cache
+def _ticks() -> int:
+    return int(os.sysconf("SC_CLK_TCK"))
+
+
+def read(pid: int) -> Proc | None:
+    """One process, read now (``None`` if there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: fields start after the last ')'.
+    rest = data[data.rfind(b")") + 2 :].split()
+    return Proc(
+        pid,
+        int(rest[1]),
+        _boot_time() + int(rest[19]) / _ticks(),
+        uid,
+        rest[0] == b"Z",
+        int(rest[2]),
+        int(rest[3]),
+    )
+
+
+def same_start(a: float, b: float) -> bool:
+    """Two start times of the same process (clock-tick resolution)."""
+    return abs(a - b) <= START_TIME_TOLERANCE_S
+
+
+class ProcessTable:
+    """A snapshot of live processes, keyed by pid."""
+
+    def __init__(self, procs: dict[int, Proc]) -> None:
+        self.procs = procs
+        self._children: dict[int, list[Proc]] | None = None
+
+    @classmethod
+    def scan(cls, pids: set[int] | None = None) -> ProcessTable:
+        """Read ``/proc`` once (only ``pids`` when given); elsewhere, fall back to psutil."""
+        procs: dict[int, Proc] = {}
+        if os.path.isdir("/proc/self"):
+            live = {int(n) for n in os.listdir("/proc") if n.isdigit()}
+            for pid in live if pids is None else live & pids:
+                p = read(pid)
+                if p is not None:
+                    procs[pid] = p
+            return cls(procs)
+        for ps in psutil.process_iter(["pid", "ppid", "create_time", "uids", "status"]):
+            info = ps.info
+            if pids is not None and info["pid"] not in pids:
+                continue
+            procs[info["pid"]] = Proc(
+                info["pid"],
+                info["ppid"] or 0,
+                info["create_time"],
+                info["uids"].real if info["uids"] else -1,
+                info["status"] == psutil.STATUS_ZOMBIE,
+            )
+        return cls(procs)
+
+    def alive(self, pid: int | None, create_time: float | None) -> bool:
+        """The recorded process (pid and start time) is running, and not a zombie."""
+        if pid is None or create_time is None:
+            return False
+        p = self.procs.get(pid)
+        return p is not None and not p.zombie and same_start(p.create_time, create_time)
+
+    def get(self, pid: int) -> Proc | None:
+        return self.procs.get(pid)
+
+    def children(self, pid: int) -> list[Proc]:
+        """Direct children of ``pid`` in this snapshot."""
+        if self._children is None:
+            self._children = {}
+            for p in self.procs.values():
+                self._children.setdefault(p.ppid, []).append(p)
+        return self._children.get(pid, [])
+
+    def descendants(self, pid: int) -> list[Proc]:
+        """Every process below ``pid`` in this snapshot."""
+        out: list[Proc] = []
+        stack = [pid]
+        while stack:
+            for child in self.children(stack.pop()):
+                out.append(child)
+                stack.append(child.pid)
+        return out
+
+
+@cache
+def children_files() -> bool:
+    """Whether this kernel lists children in ``/proc/PID/task/TID/children``."""
+    return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+def child_pids(pid: int) -> list[int]:
+    """The direct children of ``pid``, from its threads' ``children`` files (O(children)).
+
+    Use only where :func:`children_files` is true; a process that is gone has none.
+    """
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as fh:
+            out.extend(int(x) for x in fh.read().split())
+    return out
+
+
+def environ_has(pid: int, key: str, value: str) -> bool:
+    """``key=value`` is in the process's environment (readable for our own user)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as fh:
+        return f"{key}={value}".encode() in fh.read().split(b"\0")
+    return False
+
+
+def signal_verified(pid: int, create_time: float, sig: int) -> str | None:
+    """Signal ``(pid, create_time)`` through a verified pidfd; a reason if not sent, else None.
+
+    The pidfd names one process for good once open; a start time read *after* opening that
+    matches the record proves it is the recorded process.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return "gone"
+    except OSError:
+        return "pidfd_unavailable"
+    try:
+        seen = read(pid)
+        if seen is None:
+            return "gone"
+        if not same_start(seen.create_time, create_time):
+            return "start_time_differs"
+        try:
+            signal.pidfd_send_signal(fd, sig)
+        except ProcessLookupError:
+            return "gone"
+        return None
+    finally:
+        os.close(fd)
