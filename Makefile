@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks dashboards
+	$(BIN)/python -m dashboards.generate --check
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
@@ -24,7 +25,8 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks dashboards
+	$(BIN)/python -m dashboards.generate --check
 	$(BIN)/ruff format --check src tests benchmarks
 
 typecheck: $(STAMP)

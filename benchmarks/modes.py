@@ -60,7 +60,7 @@ async def run_mode(mode: Mode, tmp: Path) -> dict[str, object]:
         stops.append(asyncio.ensure_future(rt.abort(f"s{i}")))
         for _ in range(3):
             await asyncio.sleep(0)
-    done, pending = await asyncio.wait(stops, timeout=GRACE_S + PIN_TIMEOUT_S)
+    _, pending = await asyncio.wait(stops, timeout=GRACE_S + PIN_TIMEOUT_S)
     pinned = len(pending)
     for e in sink.of(names.PERMISSION_REQUESTED):  # the user approves, after the stop
         assert e.call is not None

@@ -47,6 +47,7 @@ STOP_BUCKETS = (
 )
 SCAN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
 _RELEASES = {names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED}
+RECOVERY_RESULTS = ("ok", "failed", "refused", "skipped")
 
 
 def tool_label(tool: str | None) -> str:
@@ -116,8 +117,16 @@ class StopMetrics:
         self._stop: dict[tuple[str, str], Event] = {}
         self._abort: dict[tuple[str, str], Event] = {}
         self._class: dict[tuple[str, str], ToolClass] = {}
-        for kind in names.FINDING_KINDS:  # every series exists from the start (rate() needs it)
+        # Series that exist from the start, at zero: rate() and increase() need a sample before
+        # the first event, and an alert on failures must see "0 failures", not "no data".
+        for kind in names.FINDING_KINDS:
             self.findings.labels(kind=kind)
+        for result in RECOVERY_RESULTS:
+            self.recoveries.labels(result=result)
+        for tool in ("Bash", "GenerateImages"):
+            self.grace_expired.labels(tool=tool)
+        for tool in ("Read", "Glob", "Grep"):
+            self.discarded.labels(tool=tool)
 
     def __call__(self, ev: Event) -> None:
         self.observe(ev)

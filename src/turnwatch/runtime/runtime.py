@@ -315,6 +315,7 @@ class Runtime:
             self._returned(live, Receipt.JOINED)
             return Receipt.JOINED
         live.stop_source = src
+        live.stop_started = time.monotonic()
         live.traceparent = traceparent
         if clicked_at is not None:
             self.sink and self.sink(_clicked_event(session_id, live.id, clicked_at, src))

@@ -39,6 +39,8 @@ class Turn:
         # The first stop's task (later stops join it), and its source.
         self.stop_task: asyncio.Task[None] | None = None
         self.stop_source: StopSource | None = None
+        # When the first stop reached the turn (monotonic seconds), for "pinned" judgements.
+        self.stop_started: float | None = None
         # True once an ADR walk ran (a watchdog stop walks even a legacy turn once).
         self.walked = False
         self.traceparent: str | None = None

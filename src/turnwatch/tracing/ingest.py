@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import IO, Any
 
-from jsonschema import Draft202012Validator
+import fastjsonschema
 
 from turnwatch.runtime.events import Event, EventSink
 
@@ -23,12 +23,17 @@ MAX_REPORTED = 1000
 
 
 @cache
-def validator() -> Draft202012Validator:
-    """The validator for one event line (the schema ships in the package)."""
+def schema() -> dict[str, Any]:
+    """The JSON Schema of one event line, as shipped in the package."""
     text = resources.files("turnwatch.tracing").joinpath("event.schema.json").read_text()
-    schema = json.loads(text)
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+@cache
+def validator() -> Callable[[Any], Any]:
+    """The schema compiled to Python (fastjsonschema): a generic validator is 20x slower."""
+    return fastjsonschema.compile(schema())
 
 
 @dataclass
@@ -64,11 +69,10 @@ def parse_line(raw: bytes, lineno: int) -> Event | BadLine | None:
         obj: Any = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return BadLine(lineno, f"not JSON: {exc}")
-    errors = sorted(validator().iter_errors(obj), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        where = "/".join(str(p) for p in err.absolute_path) or "(line)"
-        return BadLine(lineno, f"{where}: {err.message}")
+    try:
+        validator()(obj)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        return BadLine(lineno, exc.message)
     return Event(
         kind=obj["kind"],
         session=obj["session"],

@@ -18,7 +18,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +48,12 @@ CREATE TABLE IF NOT EXISTS events (
     kind TEXT NOT NULL,
     attrs_json TEXT NOT NULL DEFAULT '{}',
     trace_id TEXT,
-    span_id TEXT,
-    dedup TEXT UNIQUE
+    span_id TEXT
 );
-CREATE INDEX IF NOT EXISTS events_by_session ON events (session, seq);
-CREATE INDEX IF NOT EXISTS events_by_turn ON events (turn, seq);
+-- One index serves a session's events and a turn's timeline (session, turn prefix).
+CREATE INDEX IF NOT EXISTS events_by_turn ON events (session, turn, seq);
+-- Identities of ingested foreign events (re-ingest adds nothing); native events pay nothing.
+CREATE TABLE IF NOT EXISTS ingested (key TEXT PRIMARY KEY) WITHOUT ROWID;
 """
     + Summary.SCHEMA
 )
@@ -134,7 +135,7 @@ def connect(
         raise LedgerError(f"{path}: cannot open ({exc.strerror or exc})") from None
 
 
-def _row(ev: Event, dedup: str | None) -> tuple[Any, ...]:
+def _row(ev: Event) -> tuple[Any, ...]:
     return (
         ev.ts_unix,
         ev.mono_ns,
@@ -146,13 +147,12 @@ def _row(ev: Event, dedup: str | None) -> tuple[Any, ...]:
         json.dumps(dict(ev.attrs), separators=(",", ":"), default=str) if ev.attrs else "{}",
         ev.trace_id,
         ev.span_id,
-        dedup,
     )
 
 
 _INSERT = (
     "INSERT INTO events (ts_unix, mono_ns, session, turn, call, tool, kind, attrs_json, "
-    "trace_id, span_id, dedup) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+    "trace_id, span_id) VALUES (?,?,?,?,?,?,?,?,?,?)"
 )
 
 
@@ -168,7 +168,7 @@ def write_batch(
             seen.update(
                 r[0]
                 for r in conn.execute(
-                    f"SELECT dedup FROM events WHERE dedup IN ({','.join('?' * len(part))})", part
+                    f"SELECT key FROM ingested WHERE key IN ({','.join('?' * len(part))})", part
                 )
             )
     fresh: list[tuple[Event, str | None]] = []
@@ -182,7 +182,10 @@ def write_batch(
         return 0
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.executemany(_INSERT, [_row(ev, key) for ev, key in fresh])
+        conn.executemany(_INSERT, [_row(ev) for ev, _key in fresh])
+        conn.executemany(
+            "INSERT INTO ingested VALUES (?)", [(key,) for _ev, key in fresh if key is not None]
+        )
         summary.apply(conn, [ev for ev, _k in fresh])
         conn.execute("COMMIT")
     except BaseException:
@@ -192,12 +195,25 @@ def write_batch(
 
 
 class Ledger:
-    """The writer side: ``append`` enqueues, a thread commits. Use as an event sink."""
+    """The writer side: ``append`` enqueues, a thread commits. Use as an event sink.
+
+    ``transform`` (the span builder) and ``observers`` (metrics) run in the writer thread too, so
+    the event loop only ever enqueues; a stage that fails is logged, and the event still written.
+    """
 
     def __init__(
-        self, path: Path | str | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S
+        self,
+        path: Path | str | None = None,
+        *,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+        transform: Callable[[Event], Event] | None = None,
+        observers: Sequence[Callable[[Event], None]] = (),
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self.transform = transform
+        self.observers = list(observers)
+        # Failures of transform/observers (each logged; the event is written regardless).
+        self.stage_errors = 0
         self._conn = connect(self.path, busy_timeout_s=busy_timeout_s)
         self._summary = Summary()
         self._queue: queue.SimpleQueue[tuple[Event, str | None] | threading.Event | None] = (
@@ -270,11 +286,28 @@ class Ledger:
                 except queue.Empty:
                     break
             if batch:
+                if self.transform is not None or self.observers:
+                    batch = [(self._stages(ev), key) for ev, key in batch]
                 self._commit(batch)
             for w in waiters:
                 w.set()
             if stop:
                 return
+
+    def _stages(self, ev: Event) -> Event:
+        if self.transform is not None:
+            try:
+                ev = self.transform(ev)
+            except Exception:
+                self.stage_errors += 1
+                log.exception("span builder failed on %s; the event is still recorded", ev.kind)
+        for observe in self.observers:
+            try:
+                observe(ev)
+            except Exception:
+                self.stage_errors += 1
+                log.exception("observer failed on %s; the event is still recorded", ev.kind)
+        return ev
 
     def _commit(self, batch: list[tuple[Event, str | None]]) -> None:
         for attempt in range(WRITE_RETRIES):

@@ -14,8 +14,9 @@ log = logging.getLogger("turnwatch.telemetry")
 class Telemetry:
     """Stamps each event with its span ids, feeds the observers (metrics), records it.
 
-    A failing span builder or observer is logged and skipped: the ledger still gets the event
-    (invariant 6: nothing recorded is lost).
+    With a ledger, every stage runs in the ledger's writer thread and the caller only enqueues:
+    the stop path never waits on spans, metrics or disk. Without one, the stages run inline.
+    A failing stage is logged and skipped; the event is still recorded (invariant 6).
     """
 
     def __init__(
@@ -31,19 +32,23 @@ class Telemetry:
         self.observers = list(observers)
         self.dedup = dedup
         self.stage_errors = 0
+        if ledger is not None:
+            ledger.transform = spans
+            ledger.observers = list(observers)
 
     def __call__(self, event: Event) -> None:
+        if self.ledger is not None:
+            self.ledger.append(event, dedup=self.dedup)
+            return
         if self.spans is not None:
             try:
                 event = self.spans(event)
             except Exception:
                 self.stage_errors += 1
-                log.exception("span builder failed on %s; the event is still recorded", event.kind)
+                log.exception("span builder failed on %s", event.kind)
         for observe in self.observers:
             try:
                 observe(event)
             except Exception:
                 self.stage_errors += 1
-                log.exception("observer failed on %s; the event is still recorded", event.kind)
-        if self.ledger is not None:
-            self.ledger.append(event, dedup=self.dedup)
+                log.exception("observer failed on %s", event.kind)

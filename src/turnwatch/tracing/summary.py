@@ -78,24 +78,23 @@ CREATE INDEX IF NOT EXISTS sessions_processing ON sessions (processing);
     def apply(self, conn: sqlite3.Connection, events: Iterable[Event]) -> None:
         """Update the rows ``events`` touch; call inside the batch's write transaction."""
         self.forget()
-        dirty_s: set[str] = set()
-        dirty_c: set[tuple[str, str]] = set()
+        sessions, calls = self._sessions, self._calls
         for ev in events:
-            s = self._session(conn, ev.session)
-            s["last_ts"] = max(s["last_ts"] or 0.0, ev.ts_unix)
-            dirty_s.add(ev.session)
+            s = sessions.get(ev.session) or self._session(conn, ev.session)
+            if ev.ts_unix > (s["last_ts"] or 0.0):
+                s["last_ts"] = ev.ts_unix
             if ev.call is not None:
-                c = self._call(conn, ev)
-                dirty_c.add((ev.session, ev.call))
+                c = calls.get((ev.session, ev.call)) or self._call(conn, ev)
                 _apply_call(c, ev, s)
-            _apply_session(s, ev)
+            if ev.kind in _SESSION_KINDS:
+                _apply_session(s, ev)
+        # Every row touched is in the two dicts: write each once, however many events it saw.
         conn.executemany(
             _upsert("sessions", _SESSION_COLS),
-            [tuple(self._sessions[k][c] for c in _SESSION_COLS) for k in dirty_s],
+            [tuple(r[c] for c in _SESSION_COLS) for r in sessions.values()],
         )
         conn.executemany(
-            _upsert("calls", _CALL_COLS),
-            [tuple(self._calls[k][c] for c in _CALL_COLS) for k in dirty_c],
+            _upsert("calls", _CALL_COLS), [tuple(r[c] for c in _CALL_COLS) for r in calls.values()]
         )
         self.forget()
 
@@ -131,6 +130,19 @@ def _upsert(table: str, cols: tuple[str, ...]) -> str:
     return (
         f"INSERT OR REPLACE INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
     )
+
+
+_SESSION_KINDS = frozenset(
+    {
+        names.RUNTIME_STARTED,
+        names.TURN_STARTED,
+        names.STOP_CLICKED,
+        names.ABORT_RPC_RECEIVED,
+        names.ABORT_RPC_RETURNED,
+        names.TURN_SETTLED,
+        names.PROCESSING_CLEARED,
+    }
+)
 
 
 def _apply_session(s: dict[str, Any], ev: Event) -> None:

@@ -203,9 +203,15 @@ def find_turn(conn: sqlite3.Connection, ident: str) -> tuple[str, str] | None:
     row = conn.execute("SELECT session, turn FROM sessions WHERE session = ?", (ident,)).fetchone()
     if row is not None and row["turn"] is not None:
         return row["session"], row["turn"]
-    row = conn.execute(
-        "SELECT session, turn FROM events WHERE turn = ? LIMIT 1", (ident,)
-    ).fetchone()
+    # A session's current turn is in the summary; an older turn only in the events (a scan,
+    # rare: explain is usually asked about the stop that pins a session now).
+    row = conn.execute("SELECT session, turn FROM sessions WHERE turn = ?", (ident,)).fetchone()
+    row = (
+        row
+        or conn.execute(
+            "SELECT session, turn FROM events WHERE turn = ? LIMIT 1", (ident,)
+        ).fetchone()
+    )
     return (row["session"], row["turn"]) if row else None
 
 
