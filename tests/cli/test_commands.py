@@ -46,6 +46,9 @@ def test_demo_json_outcomes() -> None:
     assert calls["Write (in progress)"]["outcome"] == "completed_after_stop"
     assert calls["Write (permission pending)"]["started"] is False
     assert data["late_approval"] == "late"
+    # ... the MCP call was awaited until its server's late reply ...
+    assert calls["MCP deploy"]["outcome"] == "completed_after_stop"
+    assert calls["MCP deploy"]["tool_class"] == "extension"
     # ... the legacy session pinned, then the watchdog recovered it ...
     assert data["sessions"]["demo-legacy"]["recovered_by_watchdog"] is True
     # ... and no process is left.

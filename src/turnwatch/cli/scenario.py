@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from turnwatch.runtime import (
     Receipt,
     Runtime,
 )
+from turnwatch.runtime.tools.mcp import McpServerConfig
 from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.watchdog.loop import Watchdog
@@ -43,9 +45,6 @@ TREE_FILE_LINES = 200_000
 WRITE_BYTES = 128 * 1024 * 1024
 GREP = {"pattern": "TODO\\(stop\\)"}
 BASH = "trap '' TERM; sleep 600 & echo building; while :; do sleep 1; done"
-
-#: A hook adding calls to the ADR turn (the MCP call, where a server is configured).
-ExtraCalls = Callable[["Runtime", Any], dict[str, CallHandle]]
 
 
 def make_tree(root: Path, links: int = TREE_LINKS) -> Path:
@@ -169,7 +168,6 @@ async def run_demo(
     sink: EventSink | None = None,
     ledger: Ledger | None = None,
     pin_for_s: float = 1.5,
-    extra_calls: ExtraCalls | None = None,
     say: Callable[[str], None] = lambda _m: None,
 ) -> DemoReport:
     """Run the scenario. With a ledger, the real watchdog recovers the pinned legacy session."""
@@ -179,6 +177,27 @@ async def run_demo(
     say("generating a tree a Grep needs minutes to read")
     tree = str(await asyncio.to_thread(make_tree, tmp))
     host = LocalHost()
+    # A real MCP server over stdio whose deploy finishes what it started, cancel or not.
+    await host.add_mcp_server(
+        McpServerConfig("demo", sys.executable, ("-m", "turnwatch.testing_mcp"))
+    )
+    try:
+        return await _scenario(host, tmp, tree, grace_s, out, memory, ledger, pin_for_s, say)
+    finally:
+        await host.close()
+
+
+async def _scenario(
+    host: LocalHost,
+    tmp: Path,
+    tree: str,
+    grace_s: float,
+    out: EventSink,
+    memory: MemorySink,
+    ledger: Ledger | None,
+    pin_for_s: float,
+    say: Callable[[str], None],
+) -> DemoReport:
     adr = Runtime(host, grace_s=grace_s, sink=out, ask_permission=lambda tool, _c: tool == "Write")
     legacy = Runtime(host, mode=Mode.LEGACY, grace_s=grace_s, sink=out)
 
@@ -196,7 +215,7 @@ async def run_demo(
         "GenerateImages": turn.request(
             "GenerateImages", {"prompt": "a stop sign", "out": str(tmp / "stop.png"), "steps": 1000}
         ),
-        **(extra_calls(adr, turn) if extra_calls else {}),
+        "MCP deploy": turn.request("mcp__demo__deploy", {"seconds": 1.5}),
     }
     say("demo-legacy (mode legacy): the same Grep")
     legacy_grep = legacy.start_turn("demo-legacy").request("Grep", {**GREP, "path": tree})

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnwatch.runtime.protocol import (
     AbortRequest,
@@ -20,7 +21,7 @@ from turnwatch.runtime.protocol import (
     MessageCallback,
 )
 from turnwatch.runtime.registry import AbortRegistry
-from turnwatch.runtime.tools import files, process, proctree
+from turnwatch.runtime.tools import files, plugins, process, proctree
 from turnwatch.runtime.tools.context import ToolContext, ToolFn
 
 BUILTIN_TOOLS: Mapping[str, ToolFn] = {
@@ -35,6 +36,13 @@ BUILTIN_TOOLS: Mapping[str, ToolFn] = {
 
 Key = tuple[str, str, str]
 
+if TYPE_CHECKING:
+    from turnwatch.runtime.tools.mcp import McpServer, McpServerConfig
+
+
+async def _call_mcp(server: McpServer, tool: str, ctx: ToolContext) -> HostResult:
+    return await server.call(ctx, tool)
+
 
 class LocalHost:
     """Runs the built-in tools, plus any tool registered with :meth:`register`.
@@ -48,11 +56,39 @@ class LocalHost:
         self.registry = registry or AbortRegistry()
         self.subreaper = proctree.become_subreaper() if subreaper else False
         self._inflight: dict[Key, ToolContext] = {}
+        self._mcp: list[McpServer] = []
         self.aborts_received = 0
 
     def register(self, name: str, fn: ToolFn) -> None:
-        """Add a tool (a plugin or an MCP proxy); its class is declared to the runtime."""
+        """Add a tool under ``name`` (the runtime treats unknown names as ``extension``)."""
         self.tools[name] = fn
+
+    def register_plugin(self, name: str, plugin: plugins.Plugin) -> None:
+        """Add a plugin tool (class ``extension``: awaited on a stop)."""
+        self.register(name, plugins.as_tool(plugin))
+
+    def load_plugins(self) -> list[str]:
+        """Register every plugin of the ``turnwatch.plugins`` entry point group."""
+        found = plugins.discover()
+        for name, plugin in found.items():
+            self.register_plugin(name, plugin)
+        return sorted(found)
+
+    async def add_mcp_server(self, config: McpServerConfig) -> list[str]:
+        """Start an MCP server over stdio and register its tools as ``mcp__{server}__{tool}``."""
+        from turnwatch.runtime.tools.mcp import McpServer
+
+        server = await McpServer(config).start()
+        self._mcp.append(server)
+        for runtime_name, tool in server.names().items():
+            self.register(runtime_name, functools.partial(_call_mcp, server, tool))
+        return sorted(server.names())
+
+    async def close(self) -> None:
+        """Stop the MCP servers this host started."""
+        for server in self._mcp:
+            await server.close()
+        self._mcp.clear()
 
     async def execute(self, request: ExecuteRequest, notify: MessageCallback) -> HostResult:
         """``tools.execute``."""

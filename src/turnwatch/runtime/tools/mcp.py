@@ -1,0 +1,143 @@
+"""MCP tools over stdio: class ``extension``, policy ``await``.
+
+On a stop the host sends ``notifications/cancelled`` for the in-flight request itself and keeps
+waiting for the outcome, because an MCP call that already started is never locally abandoned.
+The SDK cannot do both (abandoning the awaiting task sends the cancel but forgets the request), so
+the call is sent under an id minted here, which the cancel then names. Servers differ after a
+cancel; each case is recorded as it is: a late real result (``completed_after_stop``), an error
+reply (``cancelled_by_server``), or no reply at all (the call stays awaited; the watchdog's
+``await_overdue`` reports it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.exceptions import MCPError
+
+from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
+from turnwatch.runtime.tools.context import ToolContext
+
+#: Prefix of an MCP tool's name in the runtime: ``mcp__{server}__{tool}``.
+PREFIX = "mcp__"
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    """An MCP server started by command (stdio)."""
+
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class McpServer:
+    """One connected server. A task of its own owns the SDK's contexts for their whole life."""
+
+    def __init__(self, config: McpServerConfig) -> None:
+        self.config = config
+        self.session: ClientSession | None = None
+        self.tools: list[types.Tool] = []
+        self._ready = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+
+    async def start(self) -> McpServer:
+        self._task = asyncio.ensure_future(self._run())
+        await self._ready.wait()
+        if self._error is not None:
+            raise RuntimeError(
+                f"MCP server {self.config.name!r} ({self.config.command}) "
+                f"failed to start: {self._error}"
+            ) from self._error
+        return self
+
+    async def _run(self) -> None:
+        params = StdioServerParameters(
+            command=self.config.command,
+            args=list(self.config.args),
+            env=dict(self.config.env) or None,
+        )
+        try:
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+                await s.initialize()
+                self.tools = list((await s.list_tools()).tools)
+                self.session = s
+                self._ready.set()
+                await self._closing.wait()
+        except Exception as exc:  # reported by start(), or to calls still waiting
+            self._error = exc
+        finally:
+            self.session = None
+            self._ready.set()
+
+    async def close(self) -> None:
+        self._closing.set()
+        if self._task is not None:
+            await self._task
+
+    def names(self) -> dict[str, str]:
+        """Runtime tool name → the server's tool name."""
+        return {f"{PREFIX}{self.config.name}__{t.name}": t.name for t in self.tools}
+
+    async def call(self, ctx: ToolContext, tool: str) -> HostResult:
+        """Call ``tool``; on tools.abort, send notifications/cancelled and keep waiting."""
+        session = self.session
+        if session is None:
+            return HostResult(HostStatus.ERROR, error=f"MCP server {self.config.name!r} is gone")
+        rid = f"turnwatch-{next(_ids)}"  # not an integer: never collides with the SDK's own ids
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            ctx.notify(Progress(text=message or "", progress=progress, total=total))
+
+        # The SDK offers no public way to learn a request's id before its result arrives; the
+        # dispatcher's CallOptions["request_id"] is that way (mcp 2.x, pinned in pyproject).
+        request = asyncio.ensure_future(
+            session._dispatcher.send_raw_request(
+                "tools/call",
+                {"name": tool, "arguments": dict(ctx.args)},
+                CallOptions(request_id=rid, on_progress=on_progress, cancel_on_abandon=False),
+            )
+        )
+        ctx.notify(Started())
+        stop = asyncio.ensure_future(ctx.abort_arrived.wait())
+        try:
+            await asyncio.wait((request, stop), return_when=asyncio.FIRST_COMPLETED)
+            if not request.done():
+                with contextlib.suppress(Exception):  # the server may be gone: keep waiting
+                    await session.send_notification(
+                        types.CancelledNotification(
+                            params=types.CancelledNotificationParams(
+                                request_id=rid, reason="user stop"
+                            )
+                        )
+                    )
+            return await _outcome(request, ctx.cancelled.is_set())
+        finally:
+            stop.cancel()
+
+
+async def _outcome(request: asyncio.Future[dict[str, Any]], stopped: bool) -> HostResult:
+    try:
+        raw = await request
+    except MCPError as exc:
+        if exc.code == types.CONNECTION_CLOSED or not stopped:
+            return HostResult(HostStatus.ERROR, error=f"MCP error {exc.code}: {exc.message}")
+        # An error reply to a call we cancelled: the server's answer to the cancel.
+        return HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
+    result = types.CallToolResult.model_validate(raw)
+    text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+    if result.is_error:
+        return HostResult(HostStatus.ERROR, text, error=text or "tool error")
+    return HostResult(HostStatus.OK, text, data=result.structured_content)
