@@ -85,7 +85,6 @@ M_FINDINGS: Final = "turnwatch_watchdog_findings"
 M_RECOVERIES: Final = "turnwatch_watchdog_recoveries"
 M_SCAN: Final = "turnwatch_watchdog_scan_seconds"
 M_EVENTS_LOST: Final = "turnwatch_ledger_events_lost"
-M_WATCHDOG_REFUSALS: Final = "turnwatch_watchdog_refusals"
 
 #: Exposed sample family names (counters with ``_total``), as dashboards query them.
 METRIC_FAMILIES: Final = (

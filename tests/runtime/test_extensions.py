@@ -44,6 +44,13 @@ async def start_testing_server(host: LocalHost, log: Path) -> None:
     )
 
 
+def is_testing_server(proc: psutil.Process) -> bool:
+    try:
+        return "turnwatch.testing_mcp" in " ".join(proc.cmdline())
+    except psutil.Error:  # exited meanwhile, or a zombie adopted from an earlier test
+        return False
+
+
 async def started(sink: MemorySink, call: str) -> None:
     await until(lambda: sink.of(names.TOOL_PROGRESS, call=call), what=f"{call} progress")
 
@@ -120,9 +127,7 @@ async def test_no_reply_stays_awaited_and_the_watchdog_reports_it(
     overdue = [f for f in cycle.findings if f.kind == names.F_AWAIT_OVERDUE]
     assert [f.call for f in overdue] == [call.call_id]
     assert {a.result for a in cycle.actions} <= {"report_only"}
-    server = [
-        p for p in psutil.Process().children() if "turnwatch.testing_mcp" in " ".join(p.cmdline())
-    ]
+    server = [p for p in psutil.Process().children() if is_testing_server(p)]
     assert server
     assert server[0].is_running()  # never signalled
 

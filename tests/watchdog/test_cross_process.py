@@ -53,7 +53,7 @@ async def test_legacy_pin_recovered_in_process(tmp_path: Path, fifo: Path) -> No
     assert {f.kind for f in cycle.findings} >= {names.F_PINNED_SESSION, names.F_ABORT_RPC_STUCK}
     (action,) = cycle.actions  # one walk for the pinned session and its stuck RPC
     assert action.result == "ok"
-    assert action.action == "in-process abort()"
+    assert action.action == "call abort() in process"
     await asyncio.wait_for(user_stop, 5)
     ledger.close()
     assert state(path, "s") == "idle"
@@ -104,7 +104,7 @@ async def test_pinned_session_recovered_through_the_control_socket(
 
     (action,) = cycle.actions
     assert action.result == "ok", action
-    assert action.action == f"agent.abort via {sock}"
+    assert action.action == f"call agent.abort via {sock}"
     await until(lambda: state(path, "far") == "idle", what="processing to clear")
 
 

@@ -101,6 +101,13 @@ async def test_rows_naming_pid_1_itself_or_its_parent_are_refused(tmp_path: Path
     assert action.result == "refused"
     assert sum(dog.guard.refusals.values()) >= 1
     assert target.is_running()
+    conn = connect(path, readonly=True)
+    recorded = conn.execute(
+        "SELECT count(*) FROM events WHERE kind = 'watchdog.recovered' "
+        'AND attrs_json LIKE \'%"result":"refused"%\''
+    ).fetchone()[0]
+    conn.close()
+    assert recorded == 1  # reported, and counted as recoveries_total{result="refused"}
     assert Guard().refuse(Target(pid, target.create_time()), None) in {
         "pid_le_1",
         "self",

@@ -333,6 +333,14 @@ def demo(
     grace: Annotated[float, typer.Option(help="Grace window for process tools, seconds.")] = 2.0,
     ledger: LedgerOpt = None,
     as_json: JsonOpt = False,
+    serve_metrics: Annotated[
+        str | None,
+        typer.Option(
+            "--serve-metrics",
+            metavar="HOST:PORT",
+            help="Afterwards, serve the demo's metrics here until Ctrl-C.",
+        ),
+    ] = None,
 ) -> None:
     """Reproduce the field reports with real tools, stop them, and show what each stop did.
 
@@ -340,31 +348,51 @@ def demo(
     """
     import asyncio
     import tempfile
+    import threading
+    from contextlib import nullcontext
 
     from turnwatch.cli import render
     from turnwatch.cli.scenario import run_demo
     from turnwatch.cli.wiring import wire
+    from turnwatch.exporters import http
 
     with tempfile.TemporaryDirectory(prefix="turnwatch-demo-") as tmp:
         path = ledger or Path(tmp) / "ledger.sqlite3"
         wiring = wire(path)
+        spinner = err.status("running the demo…") if not as_json else nullcontext()
         try:
-            report = asyncio.run(
-                run_demo(
-                    grace_s=grace,
-                    workdir=Path(tmp),
-                    sink=wiring.telemetry,
-                    ledger=wiring.ledger,
-                    say=lambda m: err.print(f"[dim]· {m}[/]"),
+            with spinner:
+                report = asyncio.run(
+                    run_demo(
+                        grace_s=grace,
+                        workdir=Path(tmp),
+                        sink=wiring.telemetry,
+                        ledger=wiring.ledger,
+                        say=lambda m: err.print(f"[dim]· {m}[/]"),
+                    )
                 )
-            )
         finally:
             wiring.close()
         report.ledger = str(path) if ledger else None
         if as_json:
             sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
-            return
-        render.demo_report(console, report)
+        else:
+            render.demo_report(console, report)
+        if serve_metrics:
+            try:
+                server, port = http.serve(wiring.registry, serve_metrics)
+            except (ValueError, OSError) as exc:
+                raise fail(f"--serve-metrics {serve_metrics}: {exc}") from None
+            err.print(
+                f"metrics on http://{http.parse_addr(serve_metrics)[0]}:{port}/metrics "
+                "(Ctrl-C to stop)"
+            )
+            try:
+                threading.Event().wait()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                http.stop(server)
 
 
 def main() -> None:

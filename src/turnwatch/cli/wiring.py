@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from turnwatch import names
@@ -55,10 +56,12 @@ class Wiring:
     metrics: StopMetrics
     telemetry: Telemetry
     spans: SpanBuilder
-    closers: list[object] = field(default_factory=list)
+    provider: TracerProvider
 
     def close(self) -> None:
+        """Flush the ledger (and with it the span builder), then the span exporter."""
         self.ledger.close()
+        self.provider.shutdown()
 
 
 def wire(path: Path, *, dedup: bool = False, registry: CollectorRegistry | None = None) -> Wiring:
@@ -67,6 +70,7 @@ def wire(path: Path, *, dedup: bool = False, registry: CollectorRegistry | None 
     registry = registry or CollectorRegistry()
     metrics = StopMetrics(registry)
     registry.register(LiveCollector(lambda: live_state(path, ledger)))
-    spans = SpanBuilder(tracer_provider().get_tracer("turnwatch"))
+    provider = tracer_provider()
+    spans = SpanBuilder(provider.get_tracer("turnwatch"))
     telemetry = Telemetry(ledger=ledger, spans=spans, observers=[metrics], dedup=dedup)
-    return Wiring(ledger, registry, metrics, telemetry, spans)
+    return Wiring(ledger, registry, metrics, telemetry, spans, provider)

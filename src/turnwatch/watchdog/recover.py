@@ -28,6 +28,7 @@ from turnwatch.watchdog.scan import Finding
 from turnwatch.watchdog.signals import Guard, Target, members
 
 POLL_S = 0.02
+HANDLERS = "run the policy handlers (the runtime is gone)"
 
 
 @dataclass
@@ -98,12 +99,13 @@ class Recoverer:
         row = rows[0]
         table = ProcessTable.scan({p for p in [row.runtime_pid] if p})
         runtime_alive = table.alive(row.runtime_pid, row.runtime_create_time)
-        if self.runtime is not None and f.session in self.runtime.sessions:
-            how = "in-process abort()"
+        in_process = self.runtime is not None and f.session in self.runtime.sessions
+        if in_process:
+            how = "call abort() in process"
         elif runtime_alive and row.control:
-            how = f"agent.abort via {row.control}"
+            how = f"call agent.abort via {row.control}"
         elif not runtime_alive and row.runtime_pid is not None:
-            how = "policy handlers (the runtime is gone)"
+            how = HANDLERS
         else:
             return Action(
                 f,
@@ -115,14 +117,14 @@ class Recoverer:
         if self.dry_run:
             return Action(f, how, "dry_run")
         try:
-            if how.startswith("in-process"):
+            if how == HANDLERS:
+                return await self._settle_for_dead_runtime(f, row)
+            if in_process:
                 assert self.runtime is not None
                 receipt = (await self.runtime.abort(f.session, source="watchdog")).value
-            elif how.startswith("agent.abort"):
+            else:
                 assert row.control is not None
                 receipt = await asyncio.to_thread(control_client.abort, row.control, f.session)
-            else:
-                return await self._settle_for_dead_runtime(f, row)
         except (control_client.ControlError, OSError) as exc:
             self.record(names.WATCHDOG_RECOVERED, f, result="failed", action=how, error=str(exc))
             return Action(f, how, "failed", str(exc))
@@ -130,7 +132,7 @@ class Recoverer:
         return Action(f, how, "ok", f"receipt {receipt}")
 
     async def _settle_for_dead_runtime(self, f: Finding, row: view.SessionView) -> Action:
-        how = "policy handlers (the runtime is gone)"
+        how = HANDLERS
         held: list[str] = []
         for c in row.calls:
             if not c.open:
@@ -198,6 +200,15 @@ class Recoverer:
             t.pid for t in targets if self.guard.refuse(t, ProcessTable.scan({t.pid}).get(t.pid))
         ]
         if leader.pid in refused:
+            if not self.dry_run:  # counted (recoveries{result="refused"}) and reported
+                self.record(
+                    names.WATCHDOG_RECOVERED,
+                    f,
+                    result="refused",
+                    action=how,
+                    pid=f.pid,
+                    refused=refused,
+                )
             return Action(f, how, "refused", f"pid {f.pid} fails the identity checks")
         targets = [t for t in targets if t.pid not in refused]
         if self.dry_run:

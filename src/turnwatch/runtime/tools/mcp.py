@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,8 @@ class McpServerConfig:
     command: str
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Where the server's stderr goes (its own diagnostics); None discards it.
+    stderr_log: str | None = None
 
 
 class McpServer:
@@ -69,8 +72,14 @@ class McpServer:
             args=list(self.config.args),
             env=dict(self.config.env) or None,
         )
+        # A real file: the child needs a descriptor (a captured sys.stderr may have none).
+        # noqa reasons: closed in the finally below; one open() at server start, not per call.
+        errlog = open(self.config.stderr_log or os.devnull, "a")  # noqa: SIM115, ASYNC230
         try:
-            async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            async with (
+                stdio_client(params, errlog) as (read, write),
+                ClientSession(read, write) as s,
+            ):
                 await s.initialize()
                 self.tools = list((await s.list_tools()).tools)
                 self.session = s
@@ -81,6 +90,7 @@ class McpServer:
         finally:
             self.session = None
             self._ready.set()
+            errlog.close()
 
     async def close(self) -> None:
         self._closing.set()
