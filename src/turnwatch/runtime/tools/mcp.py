@@ -73,7 +73,7 @@ class McpServer:
             env=dict(self.config.env) or None,
         )
         # A real file: the child needs a descriptor (a captured sys.stderr may have none).
-        # noqa reasons: closed in the finally below; one open() at server start, not per call.
+        # Lint: closed in the finally below (SIM115); one open() per server start (ASYNC230).
         errlog = open(self.config.stderr_log or os.devnull, "a")  # noqa: SIM115, ASYNC230
         try:
             async with (
