@@ -5,6 +5,7 @@ extension calls are awaited, pending permissions are cancelled before they can b
 ``abort()`` walks the in-flight calls itself.
 """
 
+from turnwatch.runtime.control import ControlServer
 from turnwatch.runtime.events import Event, EventSink, FanOut, MemorySink
 from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.host import LocalHost
@@ -50,6 +51,7 @@ __all__ = [
     "Answer",
     "CallHandle",
     "CallIdReusedError",
+    "ControlServer",
     "Event",
     "EventSink",
     "ExecuteRequest",

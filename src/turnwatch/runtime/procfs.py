@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -134,16 +135,19 @@ def children_files() -> bool:
     return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
-def child_pids(pid: int) -> list[int]:
+def child_pids(pid: int, tids: Iterable[int] | None = None) -> list[int]:
     """The direct children of ``pid``, from its threads' ``children`` files (O(children)).
 
-    Use only where :func:`children_files` is true; a process that is gone has none.
+    A child is listed under the thread that forked it; ``tids`` limits the threads read (the
+    host passes its own two, not the hundred worker threads it may run). Use only where
+    :func:`children_files` is true; a process that is gone has none.
     """
     out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
+    if tids is None:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            return out
     for tid in tids:
         with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as fh:
             out.extend(int(x) for x in fh.read().split())

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import os
 import sys
+import threading
 import time
 
 from turnwatch.runtime.procfs import (
@@ -83,7 +84,10 @@ def tree(root: int, marker: str) -> Members:
             stack.extend(child_pids(cur))
 
     walk(root)
-    for child in child_pids(os.getpid()):
+    # Our own children: those this (loop) thread forked, and orphans adopted as subreaper,
+    # which the kernel gives to our first live thread, the main one. Not every worker thread.
+    me = os.getpid()
+    for child in child_pids(me, {me, threading.get_native_id()}):
         if child not in found and child not in SPAWNED and environ_has(child, CALL_MARKER, marker):
             walk(child)
     return found
@@ -126,11 +130,10 @@ def signal_members(found: Members, sig: int) -> None:
 
 def alive(found: Members) -> Members:
     """The members still running; a zombie counts as dead (and is reaped if it is ours)."""
-    table = ProcessTable.scan(set(found))
     left: Members = {}
     me = os.getpid()
     for pid, ct in found.items():
-        p = table.get(pid)
+        p = read(pid)  # each member directly: O(members), not a listing of all of /proc
         if p is None or abs(p.create_time - ct) > 0.05:
             continue
         if p.zombie:
