@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from tests.conftest import Procs, wait_until
 from tests.streams import four_states, write
-from tests.watchdog.helpers import Recorder, spawn_tree
+from tests.watchdog.helpers import aborted_tree
 from turnwatch.cli.app import app
 
 runner = CliRunner()
@@ -101,11 +101,7 @@ def test_recover_dry_run_and_refusal_without_a_terminal(ledger: Path) -> None:
 
 def test_recover_yes_terminates_the_recorded_tree(tmp_path: Path, procs: Procs) -> None:
     db = tmp_path / "ledger.sqlite3"
-    tree = spawn_tree(procs)
-    rec = Recorder(db)
-    rec.runtime()
-    rec.aborted_turn(tree[0])
-    rec.close()
+    aborted_tree(db, procs)
     result = runner.invoke(app, ["recover", "s", "--yes", "--grace", "0.3", "--ledger", str(db)])
     assert result.exit_code == 0, result.output
     assert "would terminate" in result.stdout  # said before it was done

@@ -98,3 +98,13 @@ def spawn_tree(
     )
     wait_until(pidfile.exists, what="the subshell to start")
     return [leader, procs.track(int(pidfile.read_text()))]
+
+
+def aborted_tree(ledger: Path, procs: Procs) -> list[psutil.Process]:
+    """A live SIGTERM-ignoring tree, recorded as the process of a call whose turn was stopped."""
+    tree = spawn_tree(procs)
+    rec = Recorder(ledger)
+    rec.runtime()
+    rec.aborted_turn(tree[0])
+    rec.close()
+    return tree

@@ -59,22 +59,28 @@ async def test_legacy_pin_recovered_in_process(tmp_path: Path, fifo: Path) -> No
     assert state(path, "s") == "idle"
 
 
-@pytest.fixture
-def far_runtime(tmp_path: Path, procs: Procs) -> Iterator[tuple[Path, Path, subprocess.Popen[str]]]:
-    fifo = tmp_path / "far.fifo"
-    os.mkfifo(fifo)
-    path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
+def spawn_runtime(
+    procs: Procs,
+    ledger: Path,
+    sock: Path,
+    mode: str,
+    tool: str,
+    args: dict[str, object],
+    *,
+    stop: bool,
+) -> subprocess.Popen[str]:
+    """A real runtime in its own process, one call in flight (and the user's stop, if asked)."""
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "tests.watchdog.runtime_proc",
-            str(path),
+            str(ledger),
             str(sock),
-            "legacy",
-            "Grep",
-            json.dumps({"pattern": "x", "path": str(fifo)}),
-            "stop",
+            mode,
+            tool,
+            json.dumps(args),
+            "stop" if stop else "run",
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -83,6 +89,17 @@ def far_runtime(tmp_path: Path, procs: Procs) -> Iterator[tuple[Path, Path, subp
     procs.track(proc.pid)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.fixture
+def far_runtime(tmp_path: Path, procs: Procs) -> Iterator[tuple[Path, Path, subprocess.Popen[str]]]:
+    fifo = tmp_path / "far.fifo"
+    os.mkfifo(fifo)
+    path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
+    proc = spawn_runtime(
+        procs, path, sock, "legacy", "Grep", {"pattern": "x", "path": str(fifo)}, stop=True
+    )
     yield path, sock, proc
     release_fifo(fifo)
     proc.kill()
@@ -112,25 +129,15 @@ async def test_runtime_killed_mid_turn_leaves_an_orphan_that_is_reaped(
     tmp_path: Path, procs: Procs
 ) -> None:
     path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.watchdog.runtime_proc",
-            str(path),
-            str(sock),
-            "adr",
-            "Bash",
-            json.dumps({"command": "trap '' TERM; sleep 300 & sleep 300"}),
-            "run",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
+    proc = spawn_runtime(
+        procs,
+        path,
+        sock,
+        "adr",
+        "Bash",
+        {"command": "trap '' TERM; sleep 300 & sleep 300"},
+        stop=False,
     )
-    procs.track(proc.pid)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
     conn = connect(path, readonly=True)
     (call,) = view.sessions(conn, only="far")[0].calls
     conn.close()

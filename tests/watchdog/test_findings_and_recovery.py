@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from tests.conftest import Procs, wait_until
-from tests.watchdog.helpers import Recorder, spawn_tree
+from tests.watchdog.helpers import Recorder, aborted_tree, spawn_tree
 from turnwatch import names
 from turnwatch.tracing.ledger import Ledger, connect
 from turnwatch.watchdog.loop import Watchdog
@@ -37,11 +37,7 @@ async def test_aborted_turn_with_a_live_term_ignoring_tree_is_reaped(
     tmp_path: Path, procs: Procs
 ) -> None:
     path = tmp_path / "ledger.sqlite3"
-    tree = spawn_tree(procs)
-    rec = Recorder(path)
-    rec.runtime()
-    rec.aborted_turn(tree[0])
-    rec.close()
+    tree = aborted_tree(path, procs)
     assert kinds(path) == [names.F_ABORTED_WITH_LIVE_PROCESS]
 
     dog, ledger = watchdog(path)
@@ -157,11 +153,7 @@ async def test_late_result_after_settlement_is_activity_after_settle(tmp_path: P
 
 async def test_dry_run_signals_nothing(tmp_path: Path, procs: Procs) -> None:
     path = tmp_path / "ledger.sqlite3"
-    tree = spawn_tree(procs)
-    rec = Recorder(path)
-    rec.runtime()
-    rec.aborted_turn(tree[0])
-    rec.close()
+    tree = aborted_tree(path, procs)
     dog, ledger = watchdog(path, dry_run=True)
     cycle = await dog.cycle()
     ledger.close()

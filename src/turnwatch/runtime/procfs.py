@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -161,11 +161,26 @@ def environ_has(pid: int, key: str, value: str) -> bool:
     return False
 
 
-def signal_verified(pid: int, create_time: float, sig: int) -> str | None:
+def identity(seen: Proc | None, create_time: float) -> str | None:
+    """Why ``seen`` is not the recorded process, or None if it is."""
+    if seen is None:
+        return "gone"
+    if not same_start(seen.create_time, create_time):
+        return "start_time_differs"
+    return None
+
+
+def signal_verified(
+    pid: int,
+    create_time: float,
+    sig: int,
+    refuse: Callable[[Proc | None], str | None] | None = None,
+) -> str | None:
     """Signal ``(pid, create_time)`` through a verified pidfd; a reason if not sent, else None.
 
     The pidfd names one process for good once open; a start time read *after* opening that
-    matches the record proves it is the recorded process.
+    matches the record proves it is the recorded process. ``refuse`` replaces the identity check
+    with a stricter one (the watchdog's), which sees the process as read through the open pidfd.
     """
     try:
         fd = os.pidfd_open(pid)
@@ -175,10 +190,9 @@ def signal_verified(pid: int, create_time: float, sig: int) -> str | None:
         return "pidfd_unavailable"
     try:
         seen = read(pid)
-        if seen is None:
-            return "gone"
-        if not same_start(seen.create_time, create_time):
-            return "start_time_differs"
+        reason = refuse(seen) if refuse is not None else identity(seen, create_time)
+        if reason is not None:
+            return reason
         try:
             signal.pidfd_send_signal(fd, sig)
         except ProcessLookupError:

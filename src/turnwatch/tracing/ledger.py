@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from turnwatch.runtime.events import Event
+from turnwatch.tracing.stages import Stages
 from turnwatch.tracing.summary import Summary
 
 log = logging.getLogger("turnwatch.ledger")
@@ -210,10 +211,8 @@ class Ledger:
         observers: Sequence[Callable[[Event], None]] = (),
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
-        self.transform = transform
-        self.observers = list(observers)
-        # Failures of transform/observers (each logged; the event is written regardless).
-        self.stage_errors = 0
+        # Span builder and observers, run here in the writer thread (never on the event loop).
+        self.stages = Stages(transform, observers)
         self._conn = connect(self.path, busy_timeout_s=busy_timeout_s)
         self._summary = Summary()
         self._queue: queue.SimpleQueue[tuple[Event, str | None] | threading.Event | None] = (
@@ -286,28 +285,13 @@ class Ledger:
                 except queue.Empty:
                     break
             if batch:
-                if self.transform is not None or self.observers:
-                    batch = [(self._stages(ev), key) for ev, key in batch]
+                if self.stages:
+                    batch = [(self.stages(ev), key) for ev, key in batch]
                 self._commit(batch)
             for w in waiters:
                 w.set()
             if stop:
                 return
-
-    def _stages(self, ev: Event) -> Event:
-        if self.transform is not None:
-            try:
-                ev = self.transform(ev)
-            except Exception:
-                self.stage_errors += 1
-                log.exception("span builder failed on %s; the event is still recorded", ev.kind)
-        for observe in self.observers:
-            try:
-                observe(ev)
-            except Exception:
-                self.stage_errors += 1
-                log.exception("observer failed on %s; the event is still recorded", ev.kind)
-        return ev
 
     def _commit(self, batch: list[tuple[Event, str | None]]) -> None:
         for attempt in range(WRITE_RETRIES):

@@ -88,6 +88,20 @@ class ScanResult:
     duration_s: float = 0.0
 
 
+def _about(
+    kind: str,
+    session: str,
+    c: CallView,
+    since: float | None,
+    detail: str = "",
+    action: str = "report",
+) -> Finding:
+    """A finding about one recorded call."""
+    return Finding(
+        kind, session, c.turn, c.call, c.tool, c.pid, c.create_time, since, detail, action, c.policy
+    )
+
+
 def _age(now: float, ts: float | None) -> float:
     return now - ts if ts is not None else 0.0
 
@@ -132,36 +146,26 @@ def scan(
         signalable = c.policy == "grace"  # mutating/extension processes are never signalled
         if rpid is not None and not table.alive(rpid, rct):
             out.append(
-                Finding(
+                _about(
                     names.F_ORPHAN_TOOL_PROCESS,
                     session,
-                    c.turn,
-                    c.call,
-                    c.tool,
-                    c.pid,
-                    c.create_time,
+                    c,
                     c.started_ts,
                     f"{c.tool} pid {c.pid} lives; its runtime pid {rpid} is gone",
                     "terminate" if signalable else "report (never abandoned)",
-                    c.policy,
                 )
             )
         elif signalable and c.abort_ts is not None and _age(now, c.abort_ts) > cfg.past_grace_s:
             out.append(
-                Finding(
+                _about(
                     names.F_ABORTED_WITH_LIVE_PROCESS,
                     session,
-                    c.turn,
-                    c.call,
-                    c.tool,
-                    c.pid,
-                    c.create_time,
+                    c,
                     c.abort_ts,
                     f"{c.tool} pid {c.pid} still alive "
                     f"{_age(now, c.abort_ts) - cfg.grace_s:.0f} s after the grace "
                     "window",
                     "terminate",
-                    c.policy,
                 )
             )
     for r in conn.execute("SELECT * FROM sessions WHERE processing = 1"):
@@ -206,19 +210,14 @@ def scan(
         quiet = max(c.abort_ts or 0.0, c.last_progress_ts or 0.0)
         if _age(now, quiet) > cfg.overdue_s:
             out.append(
-                Finding(
+                _about(
                     names.F_AWAIT_OVERDUE,
                     r["session"],
-                    c.turn,
-                    c.call,
-                    c.tool,
-                    c.pid,
-                    c.create_time,
+                    c,
                     c.abort_ts,
                     f"{c.tool} ({c.tool_class}) silent {_age(now, quiet):.0f} s after "
                     "the stop; awaited, never abandoned",
                     "report (never abandoned)",
-                    c.policy,
                 )
             )
     for r in conn.execute(
@@ -230,28 +229,22 @@ def scan(
         c = view.call_view(r)
         if c.late_ts is not None:
             out.append(
-                Finding(
+                _about(
                     names.F_ACTIVITY_AFTER_SETTLE,
                     r["session"],
-                    c.turn,
-                    c.call,
-                    c.tool,
-                    c.pid,
-                    c.create_time,
+                    c,
                     c.late_ts,
                     f"{c.tool} reported activity after its turn settled",
                 )
             )
         if c.granted_ts is not None and r["s_stop"] is not None and c.granted_ts > r["s_stop"]:
             out.append(
-                Finding(
+                _about(
                     names.F_PERMISSION_AFTER_STOP,
                     r["session"],
-                    c.turn,
-                    c.call,
-                    c.tool,
-                    since=c.granted_ts,
-                    detail=f"{c.tool} was approved after the stop",
+                    c,
+                    c.granted_ts,
+                    f"{c.tool} was approved after the stop",
                 )
             )
     return ScanResult(out, table, time.perf_counter() - started)

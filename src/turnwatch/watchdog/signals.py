@@ -9,11 +9,10 @@ this process or its ancestors, never our own process group or session, never ano
 from __future__ import annotations
 
 import os
-import signal
 from collections import Counter
 from dataclasses import dataclass, field
 
-from turnwatch.runtime.procfs import environ_has
+from turnwatch.runtime.procfs import environ_has, identity, signal_verified
 from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.watchdog import procs
 from turnwatch.watchdog.procs import Proc, ProcessTable
@@ -54,10 +53,9 @@ class Guard:
             return "self"
         if target.pid in self._ancestors:
             return "ancestor"
-        if seen is None:
-            return "gone"
-        if not procs.same_start(seen.create_time, target.create_time):
-            return "start_time_differs"
+        if (mismatch := identity(seen, target.create_time)) is not None:
+            return mismatch
+        assert seen is not None
         if seen.pgrp == self._pgrp:
             return "own_process_group"
         if seen.sid == self._sid:
@@ -68,23 +66,9 @@ class Guard:
 
     def send(self, target: Target, sig: int) -> str | None:
         """Signal ``target`` through a verified pidfd; the refusal reason, or None if sent."""
-        try:
-            fd = os.pidfd_open(target.pid)
-        except ProcessLookupError:
-            return "gone"
-        except OSError:
-            return "pidfd_unavailable"
-        try:
-            reason = self.refuse(target, procs.read(target.pid))
-            if reason is not None:
-                return reason
-            try:
-                signal.pidfd_send_signal(fd, sig)
-            except ProcessLookupError:
-                return "gone"
-            return None
-        finally:
-            os.close(fd)
+        return signal_verified(
+            target.pid, target.create_time, sig, refuse=lambda seen: self.refuse(target, seen)
+        )
 
 
 def members(leader: Target, marker: str | None, table: ProcessTable) -> list[Target]:
