@@ -159,7 +159,8 @@ class Call:
         if self.result.done():
             if not self.abandoned or self.tool_class is ToolClass.READ_ONLY:
                 return  # a raced read-only result: discarded, as the ADR says
-            # A side effect outlived the runtime's wait (rejected modes only): say so.
+            # A side effect outlived the runtime's wait (a rejected mode, or a host that overran
+            # the grace window): say so, so the watchdog reports activity after settlement.
             self.emit(
                 names.TOOL_FINISHED,
                 outcome=_outcome_of(res, stopped).value,
