@@ -11,7 +11,6 @@ to the call's ``execute_tool`` span); ``turn.settle`` (walk → turn settled) un
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
@@ -61,8 +60,18 @@ class SpanBuilder:
         if span is None:
             return ev
         ctx = span.get_span_context()
-        return dataclasses.replace(
-            ev, trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x")
+        # Built directly, not with dataclasses.replace: this runs for nearly every event.
+        return Event(
+            ev.kind,
+            ev.session,
+            ev.ts_unix,
+            ev.mono_ns,
+            ev.turn,
+            ev.call,
+            ev.tool,
+            ev.attrs,
+            format(ctx.trace_id, "032x"),
+            format(ctx.span_id, "016x"),
         )
 
     def _observe(self, ev: Event) -> Span | None:

@@ -78,13 +78,15 @@ CREATE INDEX IF NOT EXISTS sessions_processing ON sessions (processing);
     def apply(self, conn: sqlite3.Connection, events: Iterable[Event]) -> None:
         """Update the rows ``events`` touch; call inside the batch's write transaction."""
         self.forget()
+        events = list(events)
+        self._prefetch(conn, events)
         sessions, calls = self._sessions, self._calls
         for ev in events:
-            s = sessions.get(ev.session) or self._session(conn, ev.session)
+            s = sessions.get(ev.session) or self._session(ev.session)
             if ev.ts_unix > (s["last_ts"] or 0.0):
                 s["last_ts"] = ev.ts_unix
             if ev.call is not None:
-                c = calls.get((ev.session, ev.call)) or self._call(conn, ev)
+                c = calls.get((ev.session, ev.call)) or self._call(ev)
                 _apply_call(c, ev, s)
             if ev.kind in _SESSION_KINDS:
                 _apply_session(s, ev)
@@ -98,30 +100,41 @@ CREATE INDEX IF NOT EXISTS sessions_processing ON sessions (processing);
         )
         self.forget()
 
-    def _session(self, conn: sqlite3.Connection, session: str) -> dict[str, Any]:
+    def _prefetch(self, conn: sqlite3.Connection, events: list[Event]) -> None:
+        """Read every row the batch touches in a few queries, not one query per row."""
+        sids = list({ev.session for ev in events})
+        for i in range(0, len(sids), 500):
+            part = sids[i : i + 500]
+            for r in conn.execute(
+                f"SELECT * FROM sessions WHERE session IN ({','.join('?' * len(part))})", part
+            ):
+                self._sessions[r["session"]] = dict(r)
+        keys = list({(ev.session, ev.call) for ev in events if ev.call is not None})
+        for i in range(0, len(keys), 400):
+            pairs = keys[i : i + 400]
+            sql = (
+                "SELECT * FROM calls WHERE (session, call) IN (VALUES "
+                + ",".join("(?,?)" for _ in pairs)
+                + ")"
+            )
+            for r in conn.execute(sql, [x for key in pairs for x in key]):
+                self._calls[(r["session"], r["call"])] = dict(r)
+
+    def _session(self, session: str) -> dict[str, Any]:
         row = self._sessions.get(session)
-        if row is None:
-            found = conn.execute("SELECT * FROM sessions WHERE session = ?", (session,)).fetchone()
-            row = dict(found) if found else dict.fromkeys(_SESSION_COLS)
-            row["session"] = session
-            row["processing"] = row["processing"] or 0
-            row["rpc_pending"] = row["rpc_pending"] or 0
+        if row is None:  # not prefetched: a new session
+            row = dict.fromkeys(_SESSION_COLS)
+            row.update(session=session, processing=0, rpc_pending=0)
             self._sessions[session] = row
         return row
 
-    def _call(self, conn: sqlite3.Connection, ev: Event) -> dict[str, Any]:
+    def _call(self, ev: Event) -> dict[str, Any]:
         assert ev.call is not None
         key = (ev.session, ev.call)
         row = self._calls.get(key)
-        if row is None:
-            found = conn.execute(
-                "SELECT * FROM calls WHERE session = ? AND call = ?", key
-            ).fetchone()
-            row = dict(found) if found else dict.fromkeys(_CALL_COLS)
-            row.update(session=ev.session, call=ev.call)
-            row["turn"] = row["turn"] or ev.turn
-            row["tool"] = row["tool"] or ev.tool
-            row["prompt_open"] = row["prompt_open"] or 0
+        if row is None:  # not prefetched: a new call
+            row = dict.fromkeys(_CALL_COLS)
+            row.update(session=ev.session, call=ev.call, turn=ev.turn, tool=ev.tool, prompt_open=0)
             self._calls[key] = row
         return row
 
