@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from turnwatch import names
 from turnwatch.runtime import (
     AbortRequest,
     ExecuteRequest,
@@ -175,15 +176,19 @@ class StopMachine(RuleBasedStateMachine):
     def invariants_hold(self) -> None:
         assert self.checker.violations == [], self.checker.violations
         started = {(r.session, r.call_id) for r in self.host.started}
+        closed_before_start = {
+            (e.session, e.call)
+            for e in self.sink.events
+            if e.kind == names.TOOL_REFUSED
+            or (e.kind == names.TOOL_FINISHED and e.attrs.get("before_start"))
+        }
         for sess in self.rt.sessions.values():
             for turn in sess.turns.values():
                 for call in turn.calls.values():
                     key = (sess.id, call.call_id)
-                    # 2: a call stopped before it started never starts.
-                    if (call.result.done() and call.result.result().outcome in ("refused",)) or (
-                        call.phase == "aborted" and key not in started
-                    ):
-                        assert key not in started or call.exec_task is not None
+                    # 2: a call stopped before it started never reaches the host.
+                    if key in closed_before_start:
+                        assert key not in started, f"{key} started after a pre-start stop"
                     if not turn.settled.done():
                         continue
                     # 1: settled => no open prompt, no started awaited call still on the host.
