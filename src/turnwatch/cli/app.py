@@ -165,12 +165,34 @@ def serve_metrics(
         return
 
 
-def _config(grace: float) -> Any:
+def _config(
+    grace: float, pinned_after: float | None = None, overdue_after: float | None = None
+) -> Any:
     from turnwatch.watchdog.scan import Config
 
-    return Config(grace_s=grace)
+    return Config(
+        grace_s=grace,
+        **({"rpc_stuck_s": pinned_after} if pinned_after else {}),
+        await_overdue_s=overdue_after,
+    )
 
 
+PinnedOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--pinned-after",
+        help="A stop still pending this long pins the session [default: 15].",
+        show_default=False,
+    ),
+]
+OverdueOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--overdue-after",
+        help="A stopped mutating/extension call silent this long is overdue [default: grace + 2].",
+        show_default=False,
+    ),
+]
 GraceOpt = Annotated[
     float,
     typer.Option(
@@ -282,6 +304,8 @@ def watch(
         str | None, typer.Option("--metrics-addr", help="HOST:PORT of /metrics (loop only).")
     ] = "127.0.0.1:9464",
     grace: GraceOpt = 10.0,
+    pinned_after: PinnedOpt = None,
+    overdue_after: OverdueOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The watchdog loop (exit 1 after --once when findings remain)."""
@@ -294,7 +318,7 @@ def watch(
         try:
             watchcmd.loop(
                 path,
-                _config(grace),
+                _config(grace, pinned_after, overdue_after),
                 interval_s=interval,
                 recover=recover,
                 dry_run=dry_run,
@@ -304,7 +328,9 @@ def watch(
         except (ValueError, OSError) as exc:
             raise fail(str(exc)) from None
         return
-    cycle = watchcmd.once(path, _config(grace), recover=recover, dry_run=dry_run, say=say)
+    cycle = watchcmd.once(
+        path, _config(grace, pinned_after, overdue_after), recover=recover, dry_run=dry_run, say=say
+    )
     actions = {id(a.finding): a for a in cycle.actions}
     rows = []
     for f in cycle.findings:
