@@ -77,20 +77,16 @@ def loop(
         server, port = http.serve(registry, metrics_addr)
         say(f"metrics on http://{http.parse_addr(metrics_addr)[0]}:{port}/metrics")
 
+    def after(cycle: Cycle) -> None:
+        follower.poll()
+        for a in cycle.actions:
+            say(f"{a.finding.kind} {a.finding.session}: {a.action} → {a.result} {a.detail}")
+
     async def main() -> None:
         stop = asyncio.Event()
-        loop_ = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop_.add_signal_handler(sig, stop.set)
-        while not stop.is_set():
-            cycle = await dog.cycle()
-            follower.poll()
-            for a in cycle.actions:
-                say(f"{a.finding.kind} {a.finding.session}: {a.action} → {a.result} {a.detail}")
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
-            except TimeoutError:
-                continue
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await dog.run(interval_s, stop, after)
 
     try:
         asyncio.run(main())

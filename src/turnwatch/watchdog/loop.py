@@ -140,14 +140,26 @@ class Watchdog:
         return out
 
     async def run(
-        self, interval_s: float = DEFAULT_INTERVAL_S, stop: asyncio.Event | None = None
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        stop: asyncio.Event | None = None,
+        after_cycle: Callable[[Cycle], object] | None = None,
     ) -> None:
-        """Loop until ``stop`` is set."""
+        """Scan every ``interval_s`` until ``stop`` is set.
+
+        At a fixed rate: a slow scan does not push the next one back, so a finding waits at
+        most one interval. ``after_cycle`` sees each cycle (the CLI prints and follows metrics).
+        """
         stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
         while not stop.is_set():
-            await self.cycle()
+            cycle = await self.cycle()
+            if after_cycle is not None:
+                after_cycle(cycle)
+            next_at = max(next_at + interval_s, loop.time())
             try:
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+                await asyncio.wait_for(stop.wait(), timeout=next_at - loop.time())
             except TimeoutError:
                 continue
 
