@@ -180,14 +180,6 @@ class StopMetrics:
         elif kind == names.WATCHDOG_RECOVERED:
             self.recoveries.labels(result=str(ev.attrs.get("result", "unknown"))).inc()
 
-    def replay(self, events: Iterable[Event]) -> int:
-        """Rebuild from recorded events (``serve-metrics`` at start); returns how many."""
-        n = 0
-        for ev in events:
-            self.observe(ev)
-            n += 1
-        return n
-
 
 @dataclass(frozen=True)
 class LiveState:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from turnwatch.runtime.protocol import (
     AbortRequest,
@@ -57,7 +57,6 @@ class LocalHost:
         self.subreaper = proctree.become_subreaper() if subreaper else False
         self._inflight: dict[Key, ToolContext] = {}
         self._mcp: list[McpServer] = []
-        self.aborts_received = 0
 
     def register(self, name: str, fn: ToolFn) -> None:
         """Add a tool under ``name`` (the runtime treats unknown names as ``extension``)."""
@@ -117,7 +116,6 @@ class LocalHost:
 
     def abort(self, request: AbortRequest) -> None:
         """``tools.abort``: cancel the call it names, or remember it for a call yet to come."""
-        self.aborts_received += 1
         ctx = self._inflight.get((request.session, request.call_id, request.tool))
         if ctx is not None and ctx.request.turn == request.turn:
             ctx.cancel(request)
@@ -125,11 +123,3 @@ class LocalHost:
         self.registry.record(
             request.session, request.turn, request.call_id, request.tool, request.source
         )
-
-    @property
-    def inflight(self) -> int:
-        """How many calls the host is running now."""
-        return len(self._inflight)
-
-    def describe(self) -> dict[str, Any]:
-        return {"tools": sorted(self.tools), "subreaper": self.subreaper}

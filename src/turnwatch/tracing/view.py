@@ -186,14 +186,6 @@ def sessions(
     return out
 
 
-def recorded_processes(conn: sqlite3.Connection) -> list[tuple[str, CallView]]:
-    """Every call that recorded a process and was not reaped: the watchdog's candidates."""
-    return [
-        (r["session"], call_view(r))
-        for r in conn.execute("SELECT * FROM calls WHERE pid IS NOT NULL AND reaped_ts IS NULL")
-    ]
-
-
 def session_ids(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT session FROM sessions ORDER BY last_ts DESC")]
 
