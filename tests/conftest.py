@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +37,16 @@ async def until(cond: Callable[[], object], timeout: float = 10.0, what: str = "
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.005)
+
+
+def worker_alive(call_id: str) -> bool:
+    """Whether a host worker thread of ``call_id`` still runs (threads are named after calls)."""
+    return any(t.name.endswith(f" {call_id}") and t.is_alive() for t in threading.enumerate())
+
+
+def task_done(name: str) -> bool:
+    """Whether no task named ``name`` is pending (a call's lifecycle task is ``call {id}``)."""
+    return not any(t.get_name() == name and not t.done() for t in asyncio.all_tasks())
 
 
 class Procs:

@@ -118,8 +118,19 @@ def test_watch_once_json_exit_codes(ledger: Path, tmp_path: Path) -> None:
     assert {"kind", "session", "turn", "call", "pid", "action"} <= set(rows[0])
     assert {r["kind"] for r in rows} >= {"pinned_session", "abort_rpc_stuck"}
     assert "stopping" not in {r["session"] for r in rows}  # stopped 1 s ago: not pinned yet ...
-    sooner = runner.invoke(app, ["watch", "--once", "--no-recover", "--json", "--pinned-after",
-                                 "0.5", "--ledger", str(ledger)])
+    sooner = runner.invoke(
+        app,
+        [
+            "watch",
+            "--once",
+            "--no-recover",
+            "--json",
+            "--pinned-after",
+            "0.5",
+            "--ledger",
+            str(ledger),
+        ],
+    )
     assert "stopping" in {r["session"] for r in json.loads(sooner.stdout)}  # ... with 0.5 s, it is
     clean = tmp_path / "clean.sqlite3"
     src = write(tmp_path / "idle.jsonl", four_states()[:7])  # runtime rows and the idle turn

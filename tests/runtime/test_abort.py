@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GRACE, release_fifo, until
+from tests.conftest import GRACE, release_fifo, task_done, until
 from turnwatch import names
 from turnwatch.runtime import (
     AbortRequest,
@@ -62,7 +62,8 @@ async def test_pending_permission_is_cancelled_and_a_later_approval_refused(
     await runtime.abort("s")
 
     assert runtime.answer_permission("s", call.call_id, approved=True) is Answer.LATE
-    await asyncio.sleep(0.05)  # a wrongly approved Write would start now
+    # A wrongly approved Write would start in its lifecycle task: wait until that task is over.
+    await until(lambda: task_done(f"call {call.call_id}"), what="the call's task to end")
     assert not target.exists()
     assert sink.of(names.PERMISSION_CANCELLED, call=call.call_id)
     assert sink.of(names.PERMISSION_LATE, call=call.call_id)
@@ -187,7 +188,7 @@ async def test_watchdog_stop_walks_a_pinned_legacy_turn(sink: MemorySink, fifo: 
     turn.request("Grep", {"pattern": "x", "path": str(fifo)})
     await until(lambda: sink.of(names.TOOL_STARTED), what="Grep started")
     user_stop = asyncio.ensure_future(runtime.abort("s"))
-    await asyncio.sleep(0.05)
+    await until(lambda: sink.of(names.ABORT_RPC_RECEIVED), what="the user's stop")
     assert await runtime.abort("s", source="watchdog") is Receipt.JOINED
     assert await user_stop is Receipt.ACCEPTED
     assert not runtime.session("s").processing

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import GRACE, Procs, release_fifo, until
+from tests.conftest import GRACE, Procs, release_fifo, task_done, until, worker_alive
 from turnwatch import names
 from turnwatch.runtime import LocalHost, MemorySink, Outcome, Receipt, Runtime
 from turnwatch.testing import check_invariants
@@ -34,7 +33,8 @@ async def test_read_only_call_races_and_its_late_result_is_discarded(
     settled_at = len(sink)
     # The blocked worker now returns a match: nothing of it reaches the runtime or the user.
     release_fifo(fifo)
-    await asyncio.sleep(0.2)  # give a (wrongly) delivered result time to arrive
+    await until(lambda: not worker_alive(call.call_id), what="the worker to return")
+    await until(lambda: task_done(f"call {call.call_id}"), what="its answer to be handled")
     late = [e for e in sink.events[settled_at:] if e.call == call.call_id]
     assert late == []
     assert check_invariants(sink) == []
@@ -58,7 +58,8 @@ async def test_grep_progress_stops_at_the_stop(sink: MemorySink, tmp_path: Path)
     discarded = sink.of(names.TOOL_RESULT_DISCARDED, call=call.call_id)
     assert len(discarded) == 1
     cut = sink.events.index(discarded[0])
-    await asyncio.sleep(0.3)  # the worker is still reading; its output must not show
+    # The worker reads on until it sees the cancel; whatever it produced meanwhile must not show.
+    await until(lambda: not worker_alive(call.call_id), what="the worker to stop")
     assert [e for e in sink.events[cut:] if e.kind == names.TOOL_PROGRESS] == []
 
 
