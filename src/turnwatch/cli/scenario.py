@@ -294,6 +294,8 @@ async def _call_report(label: str, h: CallHandle, events: list[Event]) -> CallRe
     started = _first(events, lambda e: e.call == h.call_id and e.kind == names.TOOL_STARTED)
     if res.data and "terminated_by" in res.data:
         detail = f"terminated by {res.data['terminated_by']}"
+    elif res.data and "bytes" in res.data:
+        detail = f"awaited: {res.data['bytes'] / 2**20:g} MiB written whole"
     elif started is None:
         detail = "closed before it started"
     else:
