@@ -31,6 +31,9 @@ log = logging.getLogger("turnwatch.ledger")
 SCHEMA_VERSION = 1
 APPLICATION = "turnwatch"
 BATCH_MAX = 2000
+#: A batch smaller than this waits up to LINGER_S for more events before it is committed.
+LINGER_BELOW = 256
+LINGER_S = 0.005
 #: How often the writer retries a failed batch before it counts the events lost.
 WRITE_RETRIES = 3
 BUSY_TIMEOUT_S = 5.0
@@ -271,6 +274,7 @@ class Ledger:
             batch: list[tuple[Event, str | None]] = []
             waiters: list[threading.Event] = []
             stop = False
+            lingered = False
             while True:
                 if item is None:
                     stop = True
@@ -283,7 +287,15 @@ class Ledger:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
-                    break
+                    if lingered or stop or waiters or len(batch) >= LINGER_BELOW:
+                        break
+                    # A trickle of events would cost a transaction each: wait a moment for more.
+                    # The stop path never waits on this; flush() and close() skip it.
+                    lingered = True
+                    try:
+                        item = self._queue.get(timeout=LINGER_S)
+                    except queue.Empty:
+                        break
             if batch:
                 if self.stages:
                     batch = [(self.stages(ev), key) for ev, key in batch]
