@@ -8,6 +8,7 @@ as such. The handlers here are the ones both the abort signal and ``abort()``'s 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -71,16 +72,14 @@ class Call:
         # True once the runtime stopped waiting: later progress and results are not shown.
         self.abandoned = False
         # Output seen so far (tail, capped): what a grace call returns if the host cannot answer.
-        self.output: list[str] = []
+        self.output: deque[str] = deque()
         self._output_len = 0
-        # The recorded process of a process tool (pid, create_time), from the host's Started.
-        self.pid: int | None = None
-        self.create_time: float | None = None
         # Holds the admission slot until finish() gives it back.
         self.holds_slot = False
         # True once tools.abort went to the host: the policy handler ran and owns the call's end.
         self.abort_sent = False
-        # The handler task of an awaited stop (grace/await); the stop waits for it.
+        # The handler task of a grace/await stop: held so the task is not garbage-collected
+        # while it waits (the turn waits for the call's result, which the handler sets).
         self.handler: asyncio.Task[None] | None = None
 
     @property
@@ -99,8 +98,7 @@ class Call:
     def on_message(self, message: HostMessage) -> None:
         """A ``Started`` or ``Progress`` from the host."""
         if isinstance(message, Started):
-            self.pid, self.create_time = message.pid, message.create_time
-            attrs: dict[str, Any] = {"class": self.tool_class.value}
+            attrs: dict[str, Any] = {"class": self.class_name}
             if message.pid is not None:
                 attrs.update(pid=message.pid, create_time=message.create_time)
             self.emit(names.TOOL_STARTED, **attrs)
@@ -108,13 +106,17 @@ class Call:
         if self.abandoned or self.phase.terminal:
             return  # progress of an abandoned call stops at the stop (design §1)
         self._collect(message)
+        if self.runtime.sink is not None:  # a chatty tool's heartbeat: no sink, no attributes
+            self._heartbeat(message)
 
     def _collect(self, message: Progress) -> None:
         if message.text:
             self.output.append(message.text)
             self._output_len += len(message.text)
             while self._output_len > OUTPUT_CAP and len(self.output) > 1:
-                self._output_len -= len(self.output.pop(0))
+                self._output_len -= len(self.output.popleft())
+
+    def _heartbeat(self, message: Progress) -> None:
         attrs: dict[str, Any] = {}
         if message.text:
             attrs["text"] = message.text[:PROGRESS_TEXT_CAP]

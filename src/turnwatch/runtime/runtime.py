@@ -6,11 +6,13 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from turnwatch import names
+from turnwatch.runtime import procfs
 from turnwatch.runtime.calls import Call
-from turnwatch.runtime.events import EventSink, now_event
+from turnwatch.runtime.events import Event, EventSink, now_event
 from turnwatch.runtime.gate import Answer, Prompt
 from turnwatch.runtime.model import (
     CallIdReusedError,
@@ -120,11 +122,7 @@ class Runtime:
 
     def start_turn(self, session_id: str, turn_id: str | None = None) -> Turn:
         """Start the session's next turn; the session is ``processing`` until it settles."""
-        sess = (
-            self.session(session_id)
-            if session_id in self.sessions
-            else self.open_session(session_id)
-        )
+        sess = self.open_session(session_id)  # the existing one, or a new one announced
         if sess.live is not None:
             raise TurnBusyError(f"session {session_id!r} already has live turn {sess.live.id!r}")
         tid = turn_id or f"{session_id}.t{next(sess._turn_seq)}"
@@ -314,11 +312,10 @@ class Runtime:
             await asyncio.shield(live.stop_task)
             self._returned(live, Receipt.JOINED)
             return Receipt.JOINED
-        live.stop_source = src
         live.stop_started = time.monotonic()
         live.traceparent = traceparent
-        if clicked_at is not None:
-            self.sink and self.sink(_clicked_event(session_id, live.id, clicked_at, src))
+        if clicked_at is not None and self.sink is not None:
+            self.sink(_clicked_event(session_id, live.id, clicked_at, src))
         attrs: dict[str, Any] = {
             "source": src.value,
             "mode": self.mode.value,
@@ -364,9 +361,10 @@ class Runtime:
             turn=turn.id,
             attrs={"inflight": len(inflight), "source": src.value},
         )
-        policy_override = src is not StopSource.WATCHDOG
+        # The watchdog's walk is the ADR's whatever this runtime's mode: that is the recovery.
+        use_mode = src is not StopSource.WATCHDOG
         for call in inflight:
-            self._handle(call, src, use_mode=policy_override)
+            self._handle(call, src, use_mode=use_mode)
 
     def _signal_legacy(self, turn: Turn, src: StopSource) -> None:
         """Pre-ADR: only Bash and GenerateImages listened to the signal."""
@@ -425,19 +423,13 @@ def _last(sess: Session) -> Turn | None:
     return next(reversed(sess.turns.values()), None) if sess.turns else None
 
 
-def _clicked_event(session: str, turn: str, clicked_at: float, src: StopSource) -> Any:
+def _clicked_event(session: str, turn: str, clicked_at: float, src: StopSource) -> Event:
     ev = now_event(names.STOP_CLICKED, session, turn=turn, attrs={"source": src.value})
     # Place the click on the monotonic clock too, so offsets from it are exact.
     lag_ns = max(0, int((ev.ts_unix - clicked_at) * 1e9))
-    from dataclasses import replace
-
     return replace(ev, ts_unix=clicked_at, mono_ns=(ev.mono_ns or 0) - lag_ns)
 
 
 def _own_create_time() -> float:
-    try:
-        import psutil
-
-        return float(psutil.Process().create_time())
-    except Exception:
-        return time.time()
+    me = procfs.read(os.getpid())
+    return me.create_time if me is not None else time.time()  # no /proc: start time unknown

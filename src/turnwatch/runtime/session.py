@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from turnwatch.runtime.gate import Admission
-from turnwatch.runtime.model import Phase, StopSource, ToolResult, TurnOutcome
+from turnwatch.runtime.model import Phase, ToolResult, TurnOutcome
 
 if TYPE_CHECKING:
     from turnwatch.runtime.calls import Call
@@ -36,9 +36,8 @@ class Turn:
         self._idle.set()
         # The turn's outcome, set once at settlement.
         self.settled: asyncio.Future[TurnOutcome] = loop.create_future()
-        # The first stop's task (later stops join it), and its source.
+        # The first stop's task (later stops join it).
         self.stop_task: asyncio.Task[None] | None = None
-        self.stop_source: StopSource | None = None
         # When the first stop reached the turn (monotonic seconds), for "pinned" judgements.
         self.stop_started: float | None = None
         # True once an ADR walk ran (a watchdog stop walks even a legacy turn once).

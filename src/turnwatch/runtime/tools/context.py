@@ -26,7 +26,8 @@ class ToolContext:
     """One call as the host runs it. The loop-side fields are touched only on the event loop."""
 
     request: ExecuteRequest
-    notify_loop: MessageCallback
+    # Report to the runtime; call on the loop (from a worker thread: notify_threadsafe).
+    notify: MessageCallback
     loop: asyncio.AbstractEventLoop
     # Set by tools.abort; worker threads read it (a threading.Event is safe across threads).
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -46,21 +47,21 @@ class ToolContext:
         self.cancelled.set()
         self.abort_arrived.set()
 
-    def notify(self, message: HostMessage) -> None:
-        """Report from the loop; nothing once the call was cancelled, except ``Started``."""
-        self.notify_loop(message)
+    def notify_threadsafe(self, message: HostMessage, *, after_cancel: bool = False) -> None:
+        """Report from a worker thread.
 
-    def notify_threadsafe(self, message: HostMessage) -> None:
-        """Report from a worker thread. After a cancel, nothing more: progress stops at the stop."""
-        if self.cancelled.is_set():
+        After a cancel nothing more goes out (a raced call's progress stops at the stop), unless
+        ``after_cancel``: an awaited call's heartbeat goes on until its result.
+        """
+        if self.cancelled.is_set() and not after_cancel:
             return
         # RuntimeError: the loop closed under a worker that ran on; nothing to tell anyone.
         with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self._deliver, message)
+            self.loop.call_soon_threadsafe(self._deliver, message, after_cancel)
 
-    def _deliver(self, message: HostMessage) -> None:
-        if not self.cancelled.is_set() or not isinstance(message, Progress):
-            self.notify_loop(message)
+    def _deliver(self, message: HostMessage, after_cancel: bool) -> None:
+        if after_cancel or not self.cancelled.is_set() or not isinstance(message, Progress):
+            self.notify(message)
 
 
 ToolFn = Callable[[ToolContext], Awaitable[HostResult]]

@@ -6,12 +6,11 @@ are never abandoned once started.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +124,7 @@ async def grep(ctx: ToolContext) -> HostResult:
     return await _race(ctx, run_in_worker(ctx, work, f"Grep {ctx.request.call_id}"))
 
 
-def _regular_files(root: str, stop: Callable[[], bool]) -> Any:
+def _regular_files(root: str, stop: Callable[[], bool]) -> Iterator[str]:
     if not os.path.isdir(root):
         yield root  # named explicitly: read it whatever it is, as grep does (a FIFO blocks)
         return
@@ -225,8 +224,7 @@ async def _mutate(ctx: ToolContext, work: Callable[[], HostResult]) -> HostResul
 def _chunk_progress(ctx: ToolContext) -> Callable[[int, int], None]:
     def report(done: int, total: int) -> None:
         # Mutating calls are awaited, so their heartbeat goes on after the cancel request.
-        with contextlib.suppress(RuntimeError):
-            ctx.loop.call_soon_threadsafe(ctx.notify, Progress(progress=done, total=total))
+        ctx.notify_threadsafe(Progress(progress=done, total=total), after_cancel=True)
 
     return report
 

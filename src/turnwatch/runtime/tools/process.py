@@ -19,9 +19,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import psutil
-
 from turnwatch import names
+from turnwatch.runtime import procfs
 from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
 from turnwatch.runtime.tools import proctree
 from turnwatch.runtime.tools.context import ToolContext
@@ -108,37 +107,36 @@ async def run_process(
     )
     proctree.SPAWNED.add(proc.pid)
     pidfd = os.pidfd_open(proc.pid)
-    exited = asyncio.Event()
-    exit_ns: list[int] = []
+    # Resolves with the moment the process exited (monotonic ns): one fact, one future.
+    exited: asyncio.Future[int] = ctx.loop.create_future()
 
     def on_exit() -> None:
         # A pidfd stays readable once the process exits: remove the reader at once, or the
         # loop would call this on every iteration (a busy spin) until the finally below.
         ctx.loop.remove_reader(pidfd)
-        exit_ns.append(time.monotonic_ns())
-        exited.set()
+        if not exited.done():
+            exited.set_result(time.monotonic_ns())
 
     ctx.loop.add_reader(pidfd, on_exit)
     pipes = _Pipes(ctx, proc)
     try:
-        with contextlib.suppress(psutil.Error):
-            ctx.notify(Started(pid=proc.pid, create_time=psutil.Process(proc.pid).create_time()))
+        # The start time the watchdog will compare against, read the way it reads it.
+        seen = procfs.read(proc.pid)
+        ctx.notify(Started(pid=proc.pid, create_time=seen.create_time if seen else None))
         stop = asyncio.ensure_future(ctx.abort_arrived.wait())
-        done = asyncio.ensure_future(exited.wait())
         try:
-            await asyncio.wait((stop, done), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((stop, exited), return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
-            done.cancel()
-        if not exited.is_set() and ctx.abort is not None:
-            return await _terminate(ctx, proc, exited, exit_ns, pipes, marker)
+        if not exited.done() and ctx.abort is not None:
+            return await _terminate(ctx, proc, exited, pipes, marker)
         await pipes.drain(DRAIN_CAP_S)
         code = proc.wait()
         status = HostStatus.OK if code == 0 else HostStatus.ERROR
         return HostResult(
             status,
             pipes.text,
-            data={"exit_code": code, "exit_mono_ns": exit_ns[0] if exit_ns else None},
+            data={"exit_code": code, "exit_mono_ns": exited.result() if exited.done() else None},
             error=None if code == 0 else f"exit code {code}",
         )
     finally:
@@ -154,8 +152,7 @@ async def run_process(
 async def _terminate(
     ctx: ToolContext,
     proc: subprocess.Popen[bytes],
-    exited: asyncio.Event,
-    exit_ns: list[int],
+    exited: asyncio.Future[int],
     pipes: _Pipes,
     marker: str,
 ) -> HostResult:
@@ -168,9 +165,8 @@ async def _terminate(
     proctree.signal_group(proc.pid, signal.SIGTERM)
     found = await proctree.snapshot(proc.pid, marker)
     proctree.signal_members({p: c for p, c in found.items() if p != proc.pid}, signal.SIGTERM)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(exited.wait(), timeout=max(deadline - time.monotonic(), 0))
-    ended_on_term = exited.is_set()
+    await asyncio.wait((exited,), timeout=max(deadline - time.monotonic(), 0))
+    ended_on_term = exited.done()
     # Whatever is left now is killed: the group (its leader is unreaped, so the pgid is still
     # ours) and every member of the tree; past the window, a fresh scan finds late forks too.
     proctree.signal_group(proc.pid, signal.SIGKILL)
@@ -195,7 +191,7 @@ async def _terminate(
             "terminated_by": "SIGTERM" if ended_on_term else "SIGKILL",
             "survivors": sorted(left),
             "stop_to_exit_s": time.monotonic() - started,
-            "exit_mono_ns": exit_ns[0] if exit_ns else None,
+            "exit_mono_ns": exited.result() if exited.done() else None,
         },
     )
 
