@@ -158,3 +158,17 @@ def test_writer_killed_mid_run_keeps_every_committed_event(tmp_path: Path) -> No
     count = conn.execute("SELECT count(*) FROM events").fetchone()[0]
     assert count >= committed
     assert [e.attrs["i"] for _s, e in read_events(conn, limit=committed)] == list(range(committed))
+
+
+def test_two_writers_ingesting_the_same_events_store_each_once(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    events = [now_event(names.TOOL_PROGRESS, "s", turn="t", call="c", tool="Grep",
+                        attrs={"i": i}) for i in range(3000)]
+    a, b = Ledger(path), Ledger(path)
+    a.extend(events, dedup=True)  # both race to check and insert the same keys
+    b.extend(events, dedup=True)
+    a.close()
+    b.close()
+    assert a.lost == b.lost == 0
+    conn = connect(path, readonly=True)
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 3000

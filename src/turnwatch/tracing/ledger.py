@@ -163,39 +163,48 @@ _INSERT = (
 def write_batch(
     conn: sqlite3.Connection, summary: Summary, batch: list[tuple[Event, str | None]]
 ) -> int:
-    """Insert a batch and update the summaries in one transaction; returns rows added."""
-    keys = [k for _e, k in batch if k is not None]
-    seen: set[str] = set()
-    if keys:
-        for i in range(0, len(keys), 500):
-            part = keys[i : i + 500]
-            seen.update(
-                r[0]
-                for r in conn.execute(
-                    f"SELECT key FROM ingested WHERE key IN ({','.join('?' * len(part))})", part
-                )
-            )
-    fresh: list[tuple[Event, str | None]] = []
-    for ev, key in batch:
-        if key is not None:
-            if key in seen:
-                continue
-            seen.add(key)
-        fresh.append((ev, key))
-    if not fresh:
-        return 0
+    """Insert a batch and update the summaries in one transaction; returns rows added.
+
+    Ingested events (with a dedup key) already in the ledger are skipped. The check runs inside
+    the write transaction, so two writers ingesting the same lines cannot both pass it.
+    """
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.executemany(_INSERT, [_row(ev) for ev, _key in fresh])
-        conn.executemany(
-            "INSERT INTO ingested VALUES (?)", [(key,) for _ev, key in fresh if key is not None]
-        )
-        summary.apply(conn, [ev for ev, _k in fresh])
+        fresh = _unseen(conn, batch)
+        if fresh:
+            conn.executemany(_INSERT, [_row(ev) for ev, _key in fresh])
+            conn.executemany(
+                "INSERT INTO ingested VALUES (?)", [(key,) for _ev, key in fresh if key is not None]
+            )
+            summary.apply(conn, [ev for ev, _k in fresh])
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     return len(fresh)
+
+
+def _unseen(
+    conn: sqlite3.Connection, batch: list[tuple[Event, str | None]]
+) -> list[tuple[Event, str | None]]:
+    keys = [k for _e, k in batch if k is not None]
+    seen: set[str] = set()
+    for i in range(0, len(keys), 500):
+        part = keys[i : i + 500]
+        seen.update(
+            r[0]
+            for r in conn.execute(
+                f"SELECT key FROM ingested WHERE key IN ({','.join('?' * len(part))})", part
+            )
+        )
+    fresh: list[tuple[Event, str | None]] = []
+    for ev, key in batch:
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)  # the same line twice in one batch counts once too
+        fresh.append((ev, key))
+    return fresh
 
 
 class Ledger:
