@@ -162,8 +162,10 @@ def test_writer_killed_mid_run_keeps_every_committed_event(tmp_path: Path) -> No
 
 def test_two_writers_ingesting_the_same_events_store_each_once(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
-    events = [now_event(names.TOOL_PROGRESS, "s", turn="t", call="c", tool="Grep",
-                        attrs={"i": i}) for i in range(3000)]
+    events = [
+        now_event(names.TOOL_PROGRESS, "s", turn="t", call="c", tool="Grep", attrs={"i": i})
+        for i in range(3000)
+    ]
     a, b = Ledger(path), Ledger(path)
     a.extend(events, dedup=True)  # both race to check and insert the same keys
     b.extend(events, dedup=True)

@@ -30,7 +30,7 @@ CFG = Config(grace_s=0.5, slack_s=0.5, rpc_stuck_s=0.3)
 def state(path: Path, session: str) -> str:
     conn = connect(path, readonly=True)
     try:
-        (row,) = view.sessions(conn, only=session, th=CFG.thresholds)
+        (row,) = view.sessions(conn, only=session, th=CFG)
         return row.state
     finally:
         conn.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -188,3 +189,22 @@ async def test_runtime_gone_leaves_an_orphan_that_is_reaped(tmp_path: Path, proc
     ledger.close()
     wait_until(lambda: procs.alive() == [], what="the orphan tree to die")
     assert kinds(path) == []
+
+
+async def test_a_finding_is_reported_once_while_it_lasts(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    rec.runtime()
+    rec("turn.started", turn="s.t1", ago=100)
+    rec("stop.clicked", turn="s.t1", ago=90)
+    rec("abort.rpc.received", turn="s.t1", ago=90)
+    rec.close()
+    dog, ledger = watchdog(path, recover=False)
+    for _ in range(3):
+        await dog.cycle()
+    ledger.close()
+    conn = connect(path, readonly=True)
+    reported = conn.execute("SELECT attrs_json FROM events WHERE kind = 'watchdog.finding'")
+    kinds = sorted(json.loads(r[0])["finding"] for r in reported)
+    conn.close()
+    assert kinds == ["abort_rpc_stuck", "pinned_session"]  # once each, not once per scan

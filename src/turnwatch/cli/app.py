@@ -248,47 +248,37 @@ def recover(
     conn = read_conn(ledger)
     if session not in session_ids(conn):
         raise unknown_session(conn, session)
-    path = ledger_path(ledger)
-    plan, plan_ledger = make_watchdog(
-        path, _config(grace), recover=True, dry_run=True, say=lambda _m: None
-    )
-    try:
-        findings = [f for f in plan.scan().findings if f.session == session]
-    finally:
-        plan_ledger.close()
-    if not findings:
-        console.print(f"nothing holds session {session}")
-        return
     import asyncio
 
-    dry = asyncio.run(_plan(plan, findings))
-    for a in dry:
-        console.print(
-            f"• {a.finding.kind}: would {a.action}" + (f" ({a.detail})" if a.detail else "")
-        )
-    if dry_run:
-        return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise fail("refusing to recover without --yes: no terminal to ask on")
-        typer.confirm("Take these actions?", abort=True)
     dog, dog_ledger = make_watchdog(
-        path, _config(grace), recover=True, dry_run=False, say=lambda m: console.print(f"  {m}")
+        ledger_path(ledger),
+        _config(grace),
+        recover=True,
+        dry_run=False,
+        say=lambda m: console.print(f"  {m}"),
     )
     try:
-        done = asyncio.run(_plan(dog, findings))
+        findings = [f for f in dog.scan().findings if f.session == session]
+        if not findings:
+            console.print(f"nothing holds session {session}")
+            return
+        for a in asyncio.run(dog.act(findings, dry_run=True)):  # say it before doing it
+            console.print(
+                f"• {a.finding.kind}: would {a.action}" + (f" ({a.detail})" if a.detail else "")
+            )
+        if dry_run:
+            return
+        if not yes:
+            if not sys.stdin.isatty():
+                raise fail("refusing to recover without --yes: no terminal to ask on")
+            typer.confirm("Take these actions?", abort=True)
+        done = asyncio.run(dog.act(findings))
     finally:
         dog_ledger.close()
     for a in done:
         console.print(f"• {a.finding.kind}: {a.action} → {a.result} {a.detail}")
     if any(a.result in ("failed", "refused") for a in done):
         raise typer.Exit(EXIT_FINDINGS)
-
-
-async def _plan(dog: Any, findings: list[Any]) -> list[Any]:
-    from turnwatch.watchdog.loop import _one_per_target
-
-    return [await dog.recoverer.recover(f) for f in _one_per_target(findings)]
 
 
 @app.command()

@@ -77,7 +77,7 @@ def build(
 ) -> Explanation:
     now = time.time() if now is None else now
     events = view.timeline(conn, session, turn)
-    rows = view.sessions(conn, only=session, now=now, th=cfg.thresholds)
+    rows = view.sessions(conn, only=session, now=now, th=cfg)
     row = rows[0] if rows else None
     start_ev = next((e for e in events if e.kind == names.STOP_CLICKED), None) or next(
         (e for e in events if e.kind == names.ABORT_RPC_RECEIVED), None

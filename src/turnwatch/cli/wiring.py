@@ -5,8 +5,6 @@ Only here (and in the demo) is the OpenTelemetry SDK wired; the library uses the
 
 from __future__ import annotations
 
-import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,35 +14,35 @@ from prometheus_client import CollectorRegistry
 from turnwatch import names
 from turnwatch.exporters.metrics import LiveCollector, LiveState, StopMetrics
 from turnwatch.exporters.otel import tracer_provider
-from turnwatch.tracing import view
-from turnwatch.tracing.ledger import Ledger, connect
+from turnwatch.tracing.ledger import Ledger, LedgerError, connect
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
-from turnwatch.watchdog.procs import ProcessTable
+from turnwatch.watchdog.scan import scan
 
 
 def live_state(path: Path, ledger: Ledger | None = None) -> LiveState:
-    """The gauges now, from the ledger's view joined with the process table."""
+    """The gauges now: the watchdog's own findings, so a gauge and a finding never disagree."""
+    lost = ledger.lost if ledger else 0
     try:
         conn = connect(path, readonly=True)
-    except Exception:
-        return LiveState({}, 0, 0, ledger.lost if ledger else 0)
+    except LedgerError:
+        return LiveState({}, 0, 0, lost)  # no ledger yet: a scrape must still succeed
     try:
-        now = time.time()
-        rows = view.sessions(conn, now=now)
-        inflight: Counter[str] = Counter()
-        aborted_live = 0
-        table = ProcessTable.scan({c.pid for s in rows for c in s.calls if c.pid})
-        for s in rows:
-            for c in s.calls:
-                if c.open and c.started_ts is not None and c.policy:
-                    inflight[c.policy] += 1
-            if s.settled_ts is not None and any(table.alive(c.pid, c.create_time) for c in s.calls):
-                aborted_live += 1
-        pinned = sum(1 for s in rows if s.state == names.STATE_PINNED)
-        return LiveState(dict(inflight), pinned, aborted_live, ledger.lost if ledger else 0)
+        findings = scan(conn).findings
+        inflight = dict(
+            conn.execute(
+                "SELECT c.policy, count(*) FROM sessions s JOIN calls c "
+                "ON c.session = s.session AND c.turn = s.turn WHERE s.processing = 1 "
+                "AND c.started_ts IS NOT NULL AND c.ended_ts IS NULL GROUP BY c.policy"
+            ).fetchall()
+        )
     finally:
         conn.close()
+    pinned = {f.session for f in findings if f.kind == names.F_PINNED_SESSION}
+    aborted_live = {
+        (f.session, f.turn) for f in findings if f.kind == names.F_ABORTED_WITH_LIVE_PROCESS
+    }
+    return LiveState(inflight, len(pinned), len(aborted_live), lost)
 
 
 @dataclass

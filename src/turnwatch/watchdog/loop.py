@@ -81,6 +81,7 @@ class Watchdog:
             guard=self.guard,
             say=say,
         )
+        # Findings already reported as events (by key), among those the last scan still saw.
         self._reported: set[tuple[object, ...]] = set()
         self._recent: deque[float] = deque()
 
@@ -111,9 +112,9 @@ class Watchdog:
         started = time.perf_counter()
         result = self.scan()
         out = Cycle(result.findings)
+        current: set[tuple[object, ...]] = {f.key for f in result.findings}
         for f in result.findings:
             if f.key not in self._reported:
-                self._reported.add(f.key)
                 self.sink(
                     now_event(
                         names.WATCHDOG_FINDING,
@@ -128,16 +129,34 @@ class Watchdog:
                         },
                     )
                 )
+        # Only what is still found: memory stays bounded, and a finding that clears and comes
+        # back is reported again.
+        self._reported = current
         if self.recover:
-            for f in _one_per_target(result.findings):
-                if f.kind not in _RECOVERABLE:
-                    out.actions.append(Action(f, f.action, "report_only"))
-                elif not self.recoverer.dry_run and not self._allowed():
-                    out.actions.append(Action(f, f.action, "skipped", "rate limit reached"))
-                else:
-                    out.actions.append(await self.recoverer.recover(f))
+            out.actions = await self.act(result.findings)
         out.duration_s = time.perf_counter() - started
         return out
+
+    async def act(self, findings: list[Finding], *, dry_run: bool | None = None) -> list[Action]:
+        """Recover what can be (one action per session or process), report the rest.
+
+        ``dry_run`` overrides the watchdog's own setting for this call (plan, then act).
+        """
+        saved = self.recoverer.dry_run
+        if dry_run is not None:
+            self.recoverer.dry_run = dry_run
+        try:
+            actions = []
+            for f in _one_per_target(findings):
+                if f.kind not in _RECOVERABLE:
+                    actions.append(Action(f, f.action, "report_only"))
+                elif not self.recoverer.dry_run and not self._allowed():
+                    actions.append(Action(f, f.action, "skipped", "rate limit reached"))
+                else:
+                    actions.append(await self.recoverer.recover(f))
+            return actions
+        finally:
+            self.recoverer.dry_run = saved
 
     async def run(
         self,

@@ -192,13 +192,13 @@ class Recoverer:
         assert f.create_time is not None
         leader = Target(f.pid, f.create_time)
         marker = f"{f.session}/{f.call}" if f.call else None
-        targets = members(leader, marker, ProcessTable.scan())
+        table = ProcessTable.scan()
+        targets = members(leader, marker, table)
         how = f"terminate pid {f.pid} and {max(len(targets) - 1, 0)} more"
         if not targets:
             return Action(f, how, "skipped", "already gone")
-        refused = [
-            t.pid for t in targets if self.guard.refuse(t, ProcessTable.scan({t.pid}).get(t.pid))
-        ]
+        # Judged on this scan; each signal is judged again through its own pidfd when sent.
+        refused = [t.pid for t in targets if self.guard.refuse(t, table.get(t.pid))]
         if leader.pid in refused:
             if not self.dry_run:  # counted (recoveries{result="refused"}) and reported
                 self.record(

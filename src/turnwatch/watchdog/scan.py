@@ -10,22 +10,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnwatch import names
+from turnwatch.runtime.runtime import DEFAULT_GRACE_S
 from turnwatch.tracing import view
 from turnwatch.tracing.view import CallView, SessionView, Thresholds
 from turnwatch.watchdog.procs import ProcessTable
 
-DEFAULT_GRACE_S = 10.0
 SLACK_S = 2.0
 
 
 @dataclass(frozen=True)
-class Config:
-    """Thresholds (seconds). Defaults: the grace window + 2 s; 15 s for a pending abort RPC."""
+class Config(Thresholds):
+    """The view's thresholds, plus the watchdog's own (seconds).
+
+    Defaults: the grace window + 2 s for a live process or a silent awaited call; 15 s for a
+    pending abort RPC.
+    """
 
     grace_s: float = DEFAULT_GRACE_S
     slack_s: float = SLACK_S
-    rpc_stuck_s: float = view.RPC_STUCK_AFTER_S
-    clear_lag_s: float = view.CLEAR_LAG_S
     await_overdue_s: float | None = None  # default: grace + slack
 
     @property
@@ -35,10 +37,6 @@ class Config:
     @property
     def overdue_s(self) -> float:
         return self.await_overdue_s if self.await_overdue_s is not None else self.past_grace_s
-
-    @property
-    def thresholds(self) -> Thresholds:
-        return Thresholds(self.rpc_stuck_s, self.clear_lag_s)
 
 
 DEFAULT_CONFIG = Config()
@@ -169,7 +167,7 @@ def scan(
                 )
             )
     for r in conn.execute("SELECT * FROM sessions WHERE processing = 1"):
-        state, since = view.judge(r, now, cfg.thresholds)
+        state, since = view.judge(r, now, cfg)
         rpid = r["runtime_pid"]
         if rpid is not None and not table.alive(rpid, r["runtime_create_time"]):
             state, why = names.STATE_PINNED, f"its runtime pid {rpid} is gone"
@@ -255,7 +253,7 @@ def annotate_findings(
 ) -> list[SessionView]:
     """The sessions view with each session's findings filled in."""
     now = time.time() if now is None else now
-    rows = view.sessions(conn, now=now, th=cfg.thresholds)
+    rows = view.sessions(conn, now=now, th=cfg)
     by = {r.session: r for r in rows}
     for f in scan(conn, cfg=cfg, now=now).findings:
         row = by.get(f.session)
