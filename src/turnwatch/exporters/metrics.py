@@ -171,6 +171,8 @@ class StopMetrics:
                     policy=POLICY_OF[cls].value,
                     outcome=str(ev.attrs.get("outcome", "unknown")),
                 ).observe(_elapsed(sent, ev), _exemplar(ev))
+        elif kind == names.TOOL_REFUSED and ev.call:
+            self._class.pop((ev.session, ev.call), None)  # never starts, never released
         elif kind == names.TOOL_GRACE_EXPIRED:
             self.grace_expired.labels(tool=tool_label(ev.tool)).inc()
         elif kind == names.PERMISSION_CANCELLED:

@@ -172,6 +172,9 @@ class SpanBuilder:
         assert ev.call is not None
         ck = (ev.session, ev.call)
         kind = ev.kind
+        if kind == names.TOOL_REFUSED:
+            self._class.pop(ck, None)  # never starts, never released: forget it now
+            return None
         if kind == names.TOOL_REQUESTED:
             self._class[ck] = class_of(ev.tool or "", ev.attrs.get("class")).value
             return None
