@@ -25,7 +25,6 @@ def test_gauges_count_what_the_watchdog_finds(tmp_path: Path, procs: Procs) -> N
     assert state.pinned_sessions == 1  # "pinned"; "stopping" is within its 15 s
     assert state.aborted_with_live_processes == 1  # "s"
 
-
     # In flight: the Greps of "busy" and "pinned" (never released), the Write of "stopping".
     assert state.inflight_by_policy == {"race": 2, "await": 1}
 

@@ -252,8 +252,11 @@ async def test_server_filesystem_write_in_flight_is_awaited_and_whole(
     )
     await until(lambda: sink.of(names.TOOL_STARTED, call=call.call_id), what="the write")
     stop = asyncio.ensure_future(rt.abort("s"))
-    await until(target.exists, what="the server to write the file")
-    await asyncio.sleep(0.5)
+    size = len(content.encode())
+    await until(
+        lambda: target.exists() and target.stat().st_size == size,
+        what="the server to finish writing",
+    )
     if not stop.done():
         await host.close()  # no reply to a cancelled request: the operator ends it
     await asyncio.wait_for(stop, 10)

@@ -43,9 +43,10 @@ async def test_legacy_pin_recovered_in_process(tmp_path: Path, fifo: Path) -> No
     turn = rt.start_turn("s")
     turn.request("Grep", {"pattern": "x", "path": str(fifo)})
     user_stop = asyncio.ensure_future(rt.abort("s"))
-    await asyncio.sleep(0.5)
-    ledger.flush()
-    assert state(path, "s") == "pinned"
+    await until(
+        lambda: (ledger.flush(), state(path, "s"))[1] == "pinned",
+        what="the session to count as pinned (its RPC pending past 0.3 s)",
+    )
     dog = Watchdog(path, ledger, ledger.flush, cfg=CFG, runtime=rt)
 
     cycle = await dog.cycle()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
@@ -159,7 +158,13 @@ async def test_dry_run_signals_nothing(tmp_path: Path, procs: Procs) -> None:
     cycle = await dog.cycle()
     ledger.close()
     assert [a.result for a in cycle.actions] == ["dry_run"]
-    await asyncio.sleep(0.1)
+    # A SIGTERM is journalled before it is sent, a death recorded after: neither happened.
+    conn = connect(path, readonly=True)
+    acted = conn.execute(
+        "SELECT count(*) FROM events WHERE kind IN ('watchdog.recovered', 'process.reaped')"
+    ).fetchone()[0]
+    conn.close()
+    assert acted == 0
     assert len(procs.alive()) == len(tree)
 
 
