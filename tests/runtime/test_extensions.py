@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import until
 from turnwatch import names
-from turnwatch.runtime import LocalHost, MemorySink, Outcome, Runtime
+from turnwatch.runtime import CallHandle, LocalHost, MemorySink, Outcome, Runtime
 from turnwatch.runtime.tools.mcp import McpServerConfig
 from turnwatch.runtime.tools.plugins import PluginCancelled
 from turnwatch.testing import check_invariants
@@ -51,6 +51,19 @@ def is_testing_server(proc: psutil.Process) -> bool:
         return False
 
 
+async def stop_testing_call(
+    host: LocalHost, log: Path, tool: str, args: dict[str, object]
+) -> tuple[MemorySink, CallHandle]:
+    """Call ``tool`` of the testing server and stop it once it reports progress."""
+    await start_testing_server(host, log)
+    sink = MemorySink()
+    rt = Runtime(host, grace_s=0.3, sink=sink)
+    call = rt.start_turn("s").request(f"mcp__t__{tool}", args)
+    await started(sink, call.call_id)
+    await rt.abort("s")
+    return sink, call
+
+
 async def started(sink: MemorySink, call: str) -> None:
     await until(lambda: sink.of(names.TOOL_PROGRESS, call=call), what=f"{call} progress")
 
@@ -59,13 +72,7 @@ async def test_late_real_result_is_awaited_and_never_shown_as_plain_success(
     host: LocalHost, tmp_path: Path
 ) -> None:
     log = tmp_path / "cancels.log"
-    await start_testing_server(host, log)
-    sink = MemorySink()
-    rt = Runtime(host, grace_s=0.3, sink=sink)
-    call = rt.start_turn("s").request("mcp__t__deploy", {"seconds": 1.0})
-    await started(sink, call.call_id)
-
-    await rt.abort("s")
+    sink, call = await stop_testing_call(host, log, "deploy", {"seconds": 1.0})
 
     result = await call.result()
     assert result.outcome is Outcome.COMPLETED_AFTER_STOP
@@ -84,12 +91,9 @@ async def test_late_real_result_is_awaited_and_never_shown_as_plain_success(
 async def test_error_reply_to_the_cancel_is_cancelled_by_server(
     host: LocalHost, tmp_path: Path
 ) -> None:
-    await start_testing_server(host, tmp_path / "cancels.log")
-    sink = MemorySink()
-    rt = Runtime(host, grace_s=0.3, sink=sink)
-    call = rt.start_turn("s").request("mcp__t__errors_on_cancel", {"seconds": 30})
-    await started(sink, call.call_id)
-    await rt.abort("s")
+    sink, call = await stop_testing_call(
+        host, tmp_path / "cancels.log", "errors_on_cancel", {"seconds": 30}
+    )
     result = await call.result()
     assert result.outcome is Outcome.ABORTED
     (finished,) = sink.of(names.TOOL_FINISHED, call=call.call_id)

@@ -40,6 +40,38 @@ class Recorder:
             attrs={"pid": p.pid, "create_time": p.create_time(), "mode": "adr"},
         )
 
+    def started_call(
+        self,
+        pid: int,
+        create_time: float,
+        *,
+        session: str = "s",
+        tool: str = "Bash",
+        ago: float = 30.0,
+        cls: str | None = None,
+    ) -> None:
+        """A turn with one call whose recorded process is ``(pid, create_time)``."""
+        t, c = f"{session}.t1", f"{session}.c1"
+        self("turn.started", session, ago + 1, turn=t)
+        self(
+            "tool.requested",
+            session,
+            ago + 1,
+            turn=t,
+            call=c,
+            tool=tool,
+            attrs={"class": cls} if cls else {},
+        )
+        self(
+            "tool.started",
+            session,
+            ago,
+            turn=t,
+            call=c,
+            tool=tool,
+            attrs={"pid": pid, "create_time": create_time},
+        )
+
     def aborted_turn(
         self,
         proc: psutil.Process,
@@ -52,17 +84,8 @@ class Recorder:
     ) -> None:
         """A turn whose stop reached a call with a live recorded process."""
         t, c = f"{session}.t1", f"{session}.c1"
-        self("turn.started", session, aborted_ago + 5, turn=t)
-        attrs = {"class": cls} if cls else {}
-        self("tool.requested", session, aborted_ago + 5, turn=t, call=c, tool=tool, attrs=attrs)
-        self(
-            "tool.started",
-            session,
-            aborted_ago + 4,
-            turn=t,
-            call=c,
-            tool=tool,
-            attrs={"pid": proc.pid, "create_time": proc.create_time()},
+        self.started_call(
+            proc.pid, proc.create_time(), session=session, tool=tool, ago=aborted_ago + 4, cls=cls
         )
         self("stop.clicked", session, aborted_ago + 0.1, turn=t)
         self("abort.rpc.received", session, aborted_ago + 0.1, turn=t, attrs={"source": "ui"})

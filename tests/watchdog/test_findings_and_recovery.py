@@ -58,17 +58,8 @@ async def test_a_reused_pid_is_not_signalled(tmp_path: Path, procs: Procs) -> No
     (other,) = spawn_tree(procs)[:1]
     rec = Recorder(path)
     rec.runtime()
-    rec("turn.started", turn="s.t1", ago=40)
-    rec("tool.requested", turn="s.t1", call="s.c1", tool="Bash", ago=40)
     # The recorded process had this pid, but started at another time: it is not this one.
-    rec(
-        "tool.started",
-        turn="s.t1",
-        call="s.c1",
-        tool="Bash",
-        ago=40,
-        attrs={"pid": other.pid, "create_time": other.create_time() - 1000},
-    )
+    rec.started_call(other.pid, other.create_time() - 1000, ago=40)
     rec("tools.abort.sent", turn="s.t1", call="s.c1", tool="Bash", ago=30)
     rec.close()
     dog, ledger = watchdog(path)
@@ -176,16 +167,7 @@ async def test_runtime_gone_leaves_an_orphan_that_is_reaped(tmp_path: Path, proc
     tree = spawn_tree(procs)
     rec = Recorder(path)
     rec("runtime.started", ago=60, attrs={"pid": dead.pid, "create_time": ct, "mode": "adr"})
-    rec("turn.started", turn="s.t1", ago=30)
-    rec("tool.requested", turn="s.t1", call="s.c1", tool="Bash", ago=30)
-    rec(
-        "tool.started",
-        turn="s.t1",
-        call="s.c1",
-        tool="Bash",
-        ago=30,
-        attrs={"pid": tree[0].pid, "create_time": tree[0].create_time()},
-    )
+    rec.started_call(tree[0].pid, tree[0].create_time())
     rec.close()
     # The tool outlived its runtime; the runtime's session is pinned "processing" for good.
     assert set(kinds(path)) == {names.F_ORPHAN_TOOL_PROCESS, names.F_PINNED_SESSION}
