@@ -117,13 +117,28 @@ WRITER = textwrap.dedent("""
 """)
 
 
+def _readable(path: Path) -> bool:
+    try:
+        connect(path, readonly=True).close()
+    except LedgerError:
+        return False  # not there, or a writer is still creating it
+    return True
+
+
+def test_an_empty_file_is_not_a_ledger_yet(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    sqlite3.connect(path).close()  # what a reader sees while a writer creates the file
+    with pytest.raises(LedgerError, match=r"ledger\.sqlite3: not a turnwatch ledger yet"):
+        connect(path, readonly=True)
+
+
 def test_writer_and_reader_processes_share_the_ledger(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(path), "3000"], stdout=subprocess.DEVNULL
     )
     try:
-        wait_until(path.exists, what="the ledger file")
+        wait_until(lambda: _readable(path), what="the ledger to be created")
         seen = []
         while writer.poll() is None:
             conn = connect(path, readonly=True)  # readers never block the writer

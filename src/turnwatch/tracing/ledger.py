@@ -86,10 +86,12 @@ def dedup_key(ev: Event) -> str:
     return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
 
 
-def _check(conn: sqlite3.Connection, path: Path) -> None:
+def _check(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> None:
     """Refuse a foreign or newer file: never write into it."""
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if not tables:
+        if readonly:  # a writer is creating it, or it is an empty file: nothing to read yet
+            raise LedgerError(f"{path}: not a turnwatch ledger yet (no tables)")
         return
     if "meta" not in tables:
         raise LedgerError(f"{path}: not a turnwatch ledger (tables: {', '.join(sorted(tables))})")
@@ -104,6 +106,19 @@ def _check(conn: sqlite3.Connection, path: Path) -> None:
             f"{path}: written by a newer turnwatch (schema {version}, this one "
             f"reads {SCHEMA_VERSION}); upgrade turnwatch"
         )
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of an SQL script (whole-line ``--`` comments allowed)."""
+    out, buf = [], ""
+    for line in script.splitlines():
+        if line.lstrip().startswith("--"):
+            continue
+        buf += line + "\n"
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    return out
 
 
 def connect(
@@ -123,15 +138,26 @@ def connect(
                 path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
             )
         conn.row_factory = sqlite3.Row
-        _check(conn, path)
-        if not readonly:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
+        if readonly:
+            _check(conn, path, readonly=True)
+            return conn
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        # Check and create in one transaction: a reader sees no schema or all of it with its
+        # meta rows, and two writers creating the same file at once do it one after the other.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            _check(conn, path, readonly=False)
+            for statement in _statements(_SCHEMA):  # not executescript: it would COMMIT
+                conn.execute(statement)
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('application', ?)", (APPLICATION,))
             conn.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
         return conn
     except sqlite3.DatabaseError as exc:
         raise LedgerError(f"{path}: unreadable ledger ({exc})") from None
