@@ -13,6 +13,9 @@ from turnwatch import names
 from turnwatch.runtime import LocalHost, MemorySink, Outcome, Receipt, Runtime
 from turnwatch.testing import check_invariants
 
+#: Invariant 3's "small slack" after the grace window.
+SLACK_S = 2.0
+
 
 def pids_in(output: str) -> list[int]:
     return [int(w.split("=")[1]) for w in output.split() if w.startswith("pid=")]
@@ -96,11 +99,15 @@ async def test_bash_that_ignores_sigterm_is_killed_with_its_tree(
     assert result.outcome is Outcome.ABORTED
     assert result.error_code == names.TOOL_ABORTED
     assert "collected" in result.output  # the output gathered before termination
-    assert result.data is not None
-    assert result.data["terminated_by"] == "SIGKILL"
-    assert sink.of(names.TOOL_GRACE_EXPIRED) == []  # the host answered inside the window
-    # Invariant 3: after settlement nothing of the group or the tree lives.
-    assert procs.alive() == []
+    if sink.of(names.TOOL_GRACE_EXPIRED):
+        # A loaded machine: the host's answer missed the window, so the runtime reported with
+        # the output it had collected; the host still kills at its own deadline.
+        assert result.data is None
+    else:
+        assert result.data is not None
+        assert result.data["terminated_by"] == "SIGKILL"
+    # Invariant 3: within the grace window plus a small slack, nothing of the group or tree.
+    await until(lambda: procs.alive() == [], timeout=SLACK_S, what="the whole tree dead")
 
 
 async def test_bash_that_honours_sigterm_ends_on_sigterm(sink: MemorySink, procs: Procs) -> None:
@@ -239,4 +246,8 @@ async def test_escaped_grandchild_found_through_the_subreaper(
     await until(lambda: escapee.ppid() == os.getpid(), what="re-parenting to the host")
 
     await runtime.abort("s")
-    assert not escapee.is_running() or escapee.status() == psutil.STATUS_ZOMBIE
+    await until(
+        lambda: not escapee.is_running() or escapee.status() == psutil.STATUS_ZOMBIE,
+        timeout=SLACK_S,
+        what="the escapee dead within the slack",
+    )
