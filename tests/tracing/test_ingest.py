@@ -8,12 +8,16 @@ import threading
 import time
 from pathlib import Path
 
+import fastjsonschema
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.streams import four_states, line, write
+from turnwatch import names
 from turnwatch.cli.app import app
 from turnwatch.runtime import MemorySink
-from turnwatch.tracing.ingest import MAX_LINE_BYTES, ingest, parse_line
+from turnwatch.tracing.ingest import MAX_LINE_BYTES, ingest, parse_line, schema, validator
 from turnwatch.tracing.ledger import connect
 
 runner = CliRunner()
@@ -127,3 +131,47 @@ def test_parse_line_builds_the_event() -> None:
     )
     assert not isinstance(ev, type(None))
     assert getattr(ev, "attrs", None) == {"pid": 42, "create_time": 1.0}
+
+
+_KINDS = [*names.EVENT_KINDS, "tool.teleported"]
+_IDS = st.one_of(st.none(), st.sampled_from(["", "t", "c", "x" * 300]), st.integers())
+_ATTRS = st.one_of(
+    st.none(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "outcome": st.sampled_from(["completed", "aborted", "failed", "exploded", 3]),
+            "pid": st.sampled_from([0, 1, 4242, "9"]),
+            "create_time": st.sampled_from([0.0, 12.5, -1, "now"]),
+            "class": st.sampled_from(["read_only", "extension", "teleport"]),
+        },
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    kind=st.sampled_from(_KINDS),
+    ts=st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=3)),
+    turn=_IDS,
+    call=_IDS,
+    tool=_IDS,
+    attrs=_ATTRS,
+)
+def test_kind_dispatch_gives_the_plain_schema_verdicts(
+    kind: str, ts: object, turn: object, call: object, tool: object, attrs: object
+) -> None:
+    """The fast validator (per-kind rules looked up) judges every line as the schema does."""
+    obj: dict[str, object] = {"ts": ts, "kind": kind, "session": "s"}
+    for key, value in (("turn", turn), ("call", call), ("tool", tool), ("attrs", attrs)):
+        if value is not None:
+            obj[key] = value
+    plain = fastjsonschema.compile(schema())
+    verdicts = []
+    for validate in (plain, validator()):
+        try:
+            validate(obj)
+            verdicts.append("ok")
+        except fastjsonschema.JsonSchemaValueException as exc:
+            verdicts.append(exc.message)
+    assert verdicts[0] == verdicts[1]

@@ -1,0 +1,56 @@
+"""JSON for the ledger and for ingested lines: orjson, with the standard library behind it.
+
+Every event's attributes are encoded once on the way into the ledger, and every ingested line is
+parsed once; with the standard library those two calls were the largest share of both paths.
+orjson refuses a few things the standard library takes (integers beyond 64 bits, non-string keys,
+objects it does not know without ``default``), so whatever it refuses goes through ``json``
+instead: an odd value costs time, never an event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+_STD_ATTRS = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_STD_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
+
+
+def dumps_attrs(attrs: Mapping[str, Any]) -> str:
+    """Compact JSON text of an event's attributes; anything unknown becomes its ``str``."""
+    if type(attrs) is not dict:  # orjson would hand another mapping to ``default`` (str)
+        attrs = dict(attrs)
+    try:
+        return orjson.dumps(attrs, default=str).decode()
+    except TypeError:  # a >64-bit integer, a non-string key
+        return _STD_ATTRS(attrs)
+
+
+def dumps_canonical(value: Any) -> bytes:
+    """Compact JSON with sorted keys: the same content gives the same bytes (identities)."""
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return _STD_SORTED(value).encode()
+
+
+def dumps_rows(rows: list[Any]) -> str:
+    """Compact JSON text of a list of rows (tuples become arrays), for SQLite's ``json_each``.
+
+    Floats are written in their shortest exact form, which SQLite reads back bit for bit.
+    """
+    try:
+        return orjson.dumps(rows, default=str).decode()
+    except TypeError:
+        return _STD_ATTRS(rows)
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse one JSON document. Raises ``ValueError`` (``orjson.JSONDecodeError``) if invalid.
+
+    Stricter than ``json.loads`` where JSON itself is: ``NaN`` and ``Infinity`` are refused.
+    """
+    return orjson.loads(data)
