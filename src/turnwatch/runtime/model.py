@@ -50,8 +50,13 @@ def class_of(tool: str, declared: str | None = None) -> ToolClass:
     if tool in BUILTIN_CLASSES:
         return BUILTIN_CLASSES[tool]
     if declared is not None:
-        return ToolClass(declared)
+        # A dict lookup first: calling the enum costs a microsecond, and every stage of the
+        # ledger writer asks this for every requested call.
+        return _CLASS_BY_VALUE.get(declared) or ToolClass(declared)
     return ToolClass.EXTENSION
+
+
+_CLASS_BY_VALUE: Mapping[str, ToolClass] = {c.value: c for c in ToolClass}
 
 
 class Phase(StrEnum):

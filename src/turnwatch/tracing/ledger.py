@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import queue
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from turnwatch.runtime.events import Event
+from turnwatch.tracing import batchsql, codec
 from turnwatch.tracing.stages import Stages
 from turnwatch.tracing.summary import Summary
 
@@ -77,13 +77,10 @@ def default_path() -> Path:
 
 def dedup_key(ev: Event) -> str:
     """A stable identity for an ingested event: ingesting a file twice adds nothing twice."""
-    body = json.dumps(
-        [ev.ts_unix, ev.kind, ev.session, ev.turn, ev.call, ev.tool, ev.attrs],
-        sort_keys=True,
-        separators=(",", ":"),
-        default=str,
+    body = codec.dumps_canonical(
+        [ev.ts_unix, ev.kind, ev.session, ev.turn, ev.call, ev.tool, dict(ev.attrs)]
     )
-    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
 
 
 def _check(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> None:
@@ -141,6 +138,10 @@ def connect(
         if readonly:
             _check(conn, path, readonly=True)
             return conn
+        unable = batchsql.check(conn)
+        if unable is not None:
+            conn.close()
+            raise LedgerError(f"{path}: cannot write here: {unable}")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         # Check and create in one transaction: a reader sees no schema or all of it with its
@@ -174,15 +175,29 @@ def _row(ev: Event) -> tuple[Any, ...]:
         ev.call,
         ev.tool,
         ev.kind,
-        json.dumps(dict(ev.attrs), separators=(",", ":"), default=str) if ev.attrs else "{}",
+        codec.dumps_attrs(ev.attrs) if ev.attrs else "{}",
         ev.trace_id,
         ev.span_id,
     )
 
 
-_INSERT = (
-    "INSERT INTO events (ts_unix, mono_ns, session, turn, call, tool, kind, attrs_json, "
-    "trace_id, span_id) VALUES (?,?,?,?,?,?,?,?,?,?)"
+_EVENT_COLS = (
+    "ts_unix",
+    "mono_ns",
+    "session",
+    "turn",
+    "call",
+    "tool",
+    "kind",
+    "attrs_json",
+    "trace_id",
+    "span_id",
+)
+_INSERT_EVENTS = batchsql.Insert("events", _EVENT_COLS)
+_INSERT_KEYS = batchsql.Insert("ingested", ("key",))
+# Keys are hex digests: never a NUL, and one aggregated row answers the whole batch.
+_SEEN_KEYS = (
+    "SELECT json_group_array(key) FROM ingested WHERE key IN (SELECT value FROM json_each(?))"
 )
 
 
@@ -192,19 +207,19 @@ def write_batch(
     """Insert a batch and update the summaries in one transaction; returns rows added.
 
     Ingested events (with a dedup key) already in the ledger are skipped. The check runs inside
-    the write transaction, so two writers ingesting the same lines cannot both pass it.
+    the write transaction, so two writers ingesting the same lines cannot both pass it. Each
+    table gets one statement per batch (see :mod:`batchsql`).
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
         fresh = _unseen(conn, batch)
         if fresh:
-            conn.executemany(_INSERT, [_row(ev) for ev, _key in fresh])
-            conn.executemany(
-                "INSERT INTO ingested VALUES (?)", [(key,) for _ev, key in fresh if key is not None]
-            )
+            _INSERT_EVENTS(conn, [_row(ev) for ev, _key in fresh])
+            _INSERT_KEYS(conn, [(key,) for _ev, key in fresh if key is not None])
             summary.apply(conn, [ev for ev, _k in fresh])
         conn.execute("COMMIT")
     except BaseException:
+        summary.forget()  # its rows are ahead of the file now
         conn.execute("ROLLBACK")
         raise
     return len(fresh)
@@ -215,14 +230,9 @@ def _unseen(
 ) -> list[tuple[Event, str | None]]:
     keys = [k for _e, k in batch if k is not None]
     seen: set[str] = set()
-    for i in range(0, len(keys), 500):
-        part = keys[i : i + 500]
-        seen.update(
-            r[0]
-            for r in conn.execute(
-                f"SELECT key FROM ingested WHERE key IN ({','.join('?' * len(part))})", part
-            )
-        )
+    if keys:
+        (found,) = conn.execute(_SEEN_KEYS, (codec.dumps_rows(keys),)).fetchone()
+        seen.update(codec.loads(found))
     fresh: list[tuple[Event, str | None]] = []
     for ev, key in batch:
         if key is not None:
@@ -306,10 +316,14 @@ class Ledger:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            if isinstance(item, tuple) and self._queue.qsize() < LINGER_BELOW:
+                # Let a batch gather before draining: a transaction per trickled event would
+                # cost more than the events. The sleep holds no GIL, so the event loop runs on;
+                # it never waits on this (flush() and close() skip it).
+                time.sleep(LINGER_S)
             batch: list[tuple[Event, str | None]] = []
             waiters: list[threading.Event] = []
             stop = False
-            lingered = False
             while True:
                 if item is None:
                     stop = True
@@ -322,15 +336,7 @@ class Ledger:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
-                    if lingered or stop or waiters or len(batch) >= LINGER_BELOW:
-                        break
-                    # A trickle of events would cost a transaction each: wait a moment for more.
-                    # The stop path never waits on this; flush() and close() skip it.
-                    lingered = True
-                    try:
-                        item = self._queue.get(timeout=LINGER_S)
-                    except queue.Empty:
-                        break
+                    break
             if batch:
                 if self.stages:
                     batch = [(self.stages(ev), key) for ev, key in batch]
@@ -383,7 +389,7 @@ def read_events(
                 turn=r["turn"],
                 call=r["call"],
                 tool=r["tool"],
-                attrs=json.loads(r["attrs_json"]),
+                attrs=codec.loads(r["attrs_json"]),
                 trace_id=r["trace_id"],
                 span_id=r["span_id"],
             ),

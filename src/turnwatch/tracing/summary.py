@@ -6,6 +6,7 @@ without the other; the view and the watchdog read them instead of replaying ever
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -13,6 +14,7 @@ from typing import Any, ClassVar
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.model import POLICY_OF, class_of
+from turnwatch.tracing import batchsql
 
 _SESSION_COLS = (
     "session",
@@ -53,6 +55,10 @@ _CALL_COLS = (
 )
 
 
+#: Rows kept between batches; past this, the writer starts over from the file.
+MAX_CACHED_ROWS = 50_000
+
+
 class Summary:
     """Applies events to the summary rows; the writer thread owns it."""
 
@@ -63,62 +69,62 @@ CREATE INDEX IF NOT EXISTS calls_live_pids ON calls (pid) WHERE pid IS NOT NULL;
 CREATE INDEX IF NOT EXISTS sessions_processing ON sessions (processing);
 """
 
-    def __init__(self) -> None:
-        # Rows touched by the current batch only. Nothing is kept between batches: another
-        # writer (the watchdog beside the runtime) may have changed a row since, and the batch's
-        # transaction (BEGIN IMMEDIATE) is what makes the fresh read consistent.
+    def __init__(self, max_rows: int = MAX_CACHED_ROWS) -> None:
+        # Rows as this writer last wrote them, kept across batches so a batch reads only the rows
+        # it has not seen. They are valid while no other connection has committed: another
+        # writer (the watchdog beside the runtime) may change a row, and ``PRAGMA data_version``,
+        # read inside the batch's write transaction, says whether one did.
         self._sessions: dict[str, dict[str, Any]] = {}
         self._calls: dict[tuple[str, str], dict[str, Any]] = {}
+        self._version: int | None = None
+        self.max_rows = max_rows
 
     def forget(self) -> None:
-        """Drop the rows of the last batch."""
+        """Drop every kept row: the next batch reads what it touches afresh."""
         self._sessions.clear()
         self._calls.clear()
+        self._version = None
 
     def apply(self, conn: sqlite3.Connection, events: Iterable[Event]) -> None:
-        """Update the rows ``events`` touch; call inside the batch's write transaction."""
-        self.forget()
+        """Update the rows ``events`` touch; call inside the batch's write transaction.
+
+        If the transaction is then rolled back, call :meth:`forget`: the kept rows would be ahead
+        of the file.
+        """
+        (version,) = conn.execute("PRAGMA data_version").fetchone()
+        if version != self._version or len(self._calls) + len(self._sessions) > self.max_rows:
+            self.forget()
         events = list(events)
         self._prefetch(conn, events)
         sessions, calls = self._sessions, self._calls
+        touched_sessions: dict[str, dict[str, Any]] = {}
+        touched_calls: dict[tuple[str, str], dict[str, Any]] = {}
         for ev in events:
             s = sessions.get(ev.session) or self._session(ev.session)
-            if ev.ts_unix > (s["last_ts"] or 0.0):
+            touched_sessions[ev.session] = s
+            if s["last_ts"] is None or ev.ts_unix > s["last_ts"]:
                 s["last_ts"] = ev.ts_unix
             if ev.call is not None:
-                c = calls.get((ev.session, ev.call)) or self._call(ev)
+                key = (ev.session, ev.call)
+                c = calls.get(key) or self._call(ev)
+                touched_calls[key] = c
                 _apply_call(c, ev, s)
             if ev.kind in _SESSION_KINDS:
                 _apply_session(s, ev)
-        # Every row touched is in the two dicts: write each once, however many events it saw.
-        conn.executemany(
-            _upsert("sessions", _SESSION_COLS),
-            [tuple(r[c] for c in _SESSION_COLS) for r in sessions.values()],
-        )
-        conn.executemany(
-            _upsert("calls", _CALL_COLS), [tuple(r[c] for c in _CALL_COLS) for r in calls.values()]
-        )
-        self.forget()
+        # Write each touched row once, however many events it saw.
+        _SESSION_UPSERT(conn, map(_session_values, touched_sessions.values()))
+        _CALL_UPSERT(conn, map(_call_values, touched_calls.values()))
+        # Our own commit does not move our data_version; another connection's does.
+        self._version = version
 
     def _prefetch(self, conn: sqlite3.Connection, events: list[Event]) -> None:
-        """Read every row the batch touches in a few queries, not one query per row."""
-        sids = list({ev.session for ev in events})
-        for i in range(0, len(sids), 500):
-            part = sids[i : i + 500]
-            for r in conn.execute(
-                f"SELECT * FROM sessions WHERE session IN ({','.join('?' * len(part))})", part
-            ):
-                self._sessions[r["session"]] = dict(r)
-        keys = list({(ev.session, ev.call) for ev in events if ev.call is not None})
-        for i in range(0, len(keys), 400):
-            pairs = keys[i : i + 400]
-            sql = (
-                "SELECT * FROM calls WHERE (session, call) IN (VALUES "
-                + ",".join("(?,?)" for _ in pairs)
-                + ")"
-            )
-            for r in conn.execute(sql, [x for key in pairs for x in key]):
-                self._calls[(r["session"], r["call"])] = dict(r)
+        """Read the rows the batch touches that are not kept: one query per table."""
+        sids = list({ev.session for ev in events} - self._sessions.keys())
+        for r in _SESSIONS_OF(conn, sids):
+            self._sessions[r["session"]] = dict(r)
+        pairs = {(ev.session, ev.call) for ev in events if ev.call is not None}
+        for r in _CALLS_OF(conn, [p for p in pairs if p not in self._calls]):
+            self._calls[(r["session"], r["call"])] = dict(r)
 
     def _session(self, session: str) -> dict[str, Any]:
         row = self._sessions.get(session)
@@ -139,10 +145,22 @@ CREATE INDEX IF NOT EXISTS sessions_processing ON sessions (processing);
         return row
 
 
-def _upsert(table: str, cols: tuple[str, ...]) -> str:
-    return (
-        f"INSERT OR REPLACE INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-    )
+_SESSION_UPSERT = batchsql.Insert("sessions", _SESSION_COLS, replace=True)
+_CALL_UPSERT = batchsql.Insert("calls", _CALL_COLS, replace=True)
+_SESSIONS_OF = batchsql.Lookup(
+    "SELECT * FROM sessions WHERE session IN (SELECT value FROM json_each(?))",
+    "SELECT * FROM sessions WHERE session = ?",
+)
+# A join on the pairs, not ``(session, call) IN (...)``: SQLite answers a row-value IN with a
+# scan of the whole table, the join with a primary-key lookup per pair.
+_CALLS_OF = batchsql.Lookup(
+    "SELECT calls.* FROM json_each(?) AS k JOIN calls ON "
+    "calls.session = json_extract(k.value, '$[0]') AND calls.call = json_extract(k.value, '$[1]')",
+    "SELECT * FROM calls WHERE session = ? AND call = ?",
+)
+# A row dict → its values in column order (itemgetter: a tuple, built in C).
+_session_values = operator.itemgetter(*_SESSION_COLS)
+_call_values = operator.itemgetter(*_CALL_COLS)
 
 
 _SESSION_KINDS = frozenset(

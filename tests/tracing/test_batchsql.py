@@ -1,0 +1,107 @@
+"""Batches travel to SQLite as one JSON text: every value comes back exactly, in few statements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turnwatch import names
+from turnwatch.runtime.events import Event
+from turnwatch.tracing.ledger import connect, read_events, write_batch
+from turnwatch.tracing.summary import Summary
+
+_TEXT = st.text(min_size=1, max_size=12)  # any code point: quotes, controls, non-BMP
+_ATTR_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    _TEXT,
+    st.lists(st.integers(), max_size=3),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ts=st.lists(
+        st.floats(min_value=0, max_value=4e9, allow_nan=False, allow_infinity=False),
+        min_size=1,
+        max_size=30,
+    ),
+    session=_TEXT,
+    attrs=st.dictionaries(_TEXT, _ATTR_VALUES, max_size=4),
+    mono_ns=st.integers(min_value=0, max_value=2**63 - 1),
+)
+def test_values_come_back_bit_for_bit(
+    tmp_path_factory: Any, ts: list[float], session: str, attrs: dict[str, Any], mono_ns: int
+) -> None:
+    path = tmp_path_factory.mktemp("b") / "ledger.sqlite3"
+    conn = connect(path)
+    written = [
+        Event(
+            names.TOOL_PROGRESS,
+            session,
+            t,
+            mono_ns,
+            turn="t",
+            call="c",
+            tool="Grep",
+            attrs=attrs,
+            trace_id="0af7651916cd43dd8448eb211c80319c",
+        )
+        for t in ts
+    ]
+    write_batch(conn, Summary(), [(e, None) for e in written])
+    back = [e for _seq, e in read_events(conn)]
+    assert back == written
+    (last,) = conn.execute("SELECT last_ts FROM sessions").fetchone()
+    assert last == max(ts)  # the summary's REAL columns are exact too
+    conn.close()
+
+
+def test_values_orjson_refuses_are_written_anyway(tmp_path: Path) -> None:
+    """A >64-bit integer, a non-string key, a mapping that is not a dict, an unknown object."""
+    conn = connect(tmp_path / "ledger.sqlite3")
+    odd: list[Any] = [
+        {"big": 2**80},
+        {1: "one"},
+        MappingProxyType({"proxied": True}),
+        {"obj": Path("/x")},
+    ]
+    events = [Event(names.TURN_STARTED, "s", i, turn="t", attrs=a) for i, a in enumerate(odd)]
+    assert write_batch(conn, Summary(), [(e, None) for e in events]) == 4
+    back = [e.attrs for _seq, e in read_events(conn)]
+    assert back[0] == {"big": 2**80}
+    assert back[1] == {"1": "one"}
+    assert back[2] == {"proxied": True}
+    assert back[3] == {"obj": "/x"}
+    conn.close()
+
+
+def test_a_batch_is_a_handful_of_statements_not_one_per_row(tmp_path: Path) -> None:
+    """Every statement step gives up the GIL; a busy event loop makes each one cost up to 5 ms."""
+    conn = connect(tmp_path / "ledger.sqlite3")
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    events = []
+    for c in range(500):
+        for kind in (names.TOOL_REQUESTED, names.TOOL_STARTED, names.TOOL_PROGRESS):
+            events.append(
+                Event(kind, f"s{c % 7}", float(c), turn="t", call=f"c{c}", tool="Grep", attrs={})
+            )
+        events.append(
+            Event(names.TOOL_FINISHED, f"s{c % 7}", c + 0.5, turn="t", call=f"c{c}", tool="Grep")
+        )
+    summary = Summary()
+    write_batch(conn, summary, [(e, None) for e in events[:1000]])
+    statements.clear()
+    write_batch(conn, summary, [(e, None) for e in events[1000:]])
+    assert len(statements) <= 8, statements
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2000
+    ended = conn.execute("SELECT count(*) FROM calls WHERE ended_ts IS NOT NULL").fetchone()[0]
+    assert ended == 500
+    conn.close()
