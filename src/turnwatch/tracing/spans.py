@@ -35,6 +35,20 @@ def _ns(ev: Event) -> int:
     return int(ev.ts_unix * 1e9)
 
 
+def _ids(span: Span) -> tuple[str, str]:
+    """A span's trace and span ids, as the ledger stores them (hex)."""
+    ctx = span.get_span_context()
+    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+
+
+@dataclass(slots=True)
+class _Exec:
+    """A call's open ``execute_tool`` span, with its ids formatted once for all its events."""
+
+    span: Span
+    ids: tuple[str, str]
+
+
 @dataclass
 class _Stop:
     """The open spans of one stop."""
@@ -51,33 +65,25 @@ class SpanBuilder:
 
     def __init__(self, tracer: Tracer | None = None) -> None:
         self.tracer = tracer or trace.get_tracer("turnwatch")
-        self._exec: dict[tuple[str, str], Span] = {}
+        self._exec: dict[tuple[str, str], _Exec] = {}
         self._class: dict[tuple[str, str], str] = {}
         self._stops: dict[tuple[str, str], _Stop] = {}
 
     def __call__(self, ev: Event) -> Event:
-        span = self._observe(ev)
-        if span is None:
+        if ev.call is not None:
+            ids = self._on_call(ev)
+        else:
+            span = self._observe(ev)
+            ids = _ids(span) if span is not None else None
+        if ids is None:
             return ev
-        ctx = span.get_span_context()
         # Built directly, not with dataclasses.replace: this runs for nearly every event.
         return Event(
-            ev.kind,
-            ev.session,
-            ev.ts_unix,
-            ev.mono_ns,
-            ev.turn,
-            ev.call,
-            ev.tool,
-            ev.attrs,
-            format(ctx.trace_id, "032x"),
-            format(ctx.span_id, "016x"),
+            ev.kind, ev.session, ev.ts_unix, ev.mono_ns, ev.turn, ev.call, ev.tool, ev.attrs, *ids
         )
 
     def _observe(self, ev: Event) -> Span | None:
         kind = ev.kind
-        if ev.call is not None:
-            return self._on_call(ev)
         if ev.turn is None:
             return None
         key = (ev.session, ev.turn)
@@ -168,75 +174,86 @@ class SpanBuilder:
             links=links,
         )
 
-    def _on_call(self, ev: Event) -> Span | None:
+    def _on_call(self, ev: Event) -> tuple[str, str] | None:
+        """The span ids an event of a call is stamped with. Ordered by how often kinds come."""
         assert ev.call is not None
         ck = (ev.session, ev.call)
         kind = ev.kind
-        if kind == names.TOOL_REFUSED:
-            self._class.pop(ck, None)  # never starts, never released: forget it now
-            return None
         if kind == names.TOOL_REQUESTED:
             self._class[ck] = class_of(ev.tool or "", ev.attrs.get("class")).value
             return None
-        if kind == names.TOOL_STARTED and ck not in self._exec:
-            cls = self._class.get(ck) or class_of(ev.tool or "").value
-            span = self.tracer.start_span(
-                f"{names.SPAN_EXECUTE_TOOL_PREFIX} {ev.tool}",
-                start_time=_ns(ev),
-                kind=SpanKind.INTERNAL,
-                attributes={
-                    names.A_GENAI_OPERATION: names.GENAI_OPERATION_EXECUTE_TOOL,
-                    names.A_GENAI_TOOL_NAME: ev.tool or "",
-                    names.A_GENAI_TOOL_CALL_ID: ev.call,
-                    names.A_GENAI_TOOL_TYPE: _TOOL_TYPE.get(cls, "function"),
-                    names.A_GENAI_CONVERSATION: ev.session,
-                    names.A_TOOL_CLASS: cls,
-                },
-            )
-            pid = ev.attrs.get("pid")
-            if pid is not None:
-                span.set_attribute("process.pid", int(pid))
-            self._exec[ck] = span
-            return span
-        stop = self._stops.get((ev.session, ev.turn or ""))
-        if kind == names.TOOLS_ABORT_SENT and stop is not None:
-            links = []
-            if ck in self._exec:
-                links.append(Link(self._exec[ck].get_span_context()))
-            parent = stop.walk or stop.agent_abort or stop.root
-            span = self._child(
-                names.SPAN_TOOLS_ABORT, parent, ev, kind=SpanKind.CLIENT, links=links
-            )
-            span.set_attributes(
-                {
-                    names.A_GENAI_TOOL_NAME: ev.tool or "",
-                    names.A_GENAI_TOOL_CALL_ID: ev.call,
-                    names.A_POLICY: str(ev.attrs.get("policy", "")),
-                    names.A_TOOL_CLASS: str(ev.attrs.get("class", "")),
-                }
-            )
-            stop.tools[ev.call] = span
-            return span
-        if kind == names.TOOL_GRACE_EXPIRED and stop is not None and ev.call in stop.tools:
-            stop.tools[ev.call].add_event("grace.expired", timestamp=_ns(ev))
-            return stop.tools[ev.call]
+        if kind == names.TOOL_STARTED:
+            ex = self._exec.get(ck)
+            if ex is None:
+                ex = self._exec[ck] = self._start_exec(ev, ck)
+            return ex.ids
+        stop = self._stops.get((ev.session, ev.turn or "")) if self._stops else None
         if kind in _RELEASES:
-            outcome = str(ev.attrs.get("outcome", ""))
-            exec_span = self._exec.pop(ck, None)
-            self._class.pop(ck, None)
-            if exec_span is not None:
-                exec_span.set_attribute(names.A_OUTCOME, outcome)
-                if outcome == "failed":
-                    exec_span.set_attribute(
-                        names.A_ERROR_TYPE, str(ev.attrs.get("error", "failed"))
-                    )
-                exec_span.end(_ns(ev))
-            abort_span = stop.tools.pop(ev.call, None) if stop is not None else None
-            if abort_span is not None:
-                abort_span.set_attribute(names.A_OUTCOME, outcome)
-                if outcome == "failed":  # the abort itself failed: the host could not stop it
-                    abort_span.set_attribute(names.A_ERROR_TYPE, "tool_failed_during_abort")
-                abort_span.end(_ns(ev))
-                return abort_span
-            return exec_span
-        return self._exec.get(ck)
+            return self._release(ev, ck, stop)
+        if kind == names.TOOL_REFUSED:
+            self._class.pop(ck, None)  # never starts, never released: forget it now
+            return None
+        if stop is not None:
+            if kind == names.TOOLS_ABORT_SENT:
+                return _ids(self._start_abort(ev, ck, stop))
+            if kind == names.TOOL_GRACE_EXPIRED and ev.call in stop.tools:
+                stop.tools[ev.call].add_event("grace.expired", timestamp=_ns(ev))
+                return _ids(stop.tools[ev.call])
+        ex = self._exec.get(ck)
+        return ex.ids if ex is not None else None
+
+    def _start_exec(self, ev: Event, ck: tuple[str, str]) -> _Exec:
+        cls = self._class.get(ck) or class_of(ev.tool or "").value
+        span = self.tracer.start_span(
+            f"{names.SPAN_EXECUTE_TOOL_PREFIX} {ev.tool}",
+            start_time=_ns(ev),
+            kind=SpanKind.INTERNAL,
+            attributes={
+                names.A_GENAI_OPERATION: names.GENAI_OPERATION_EXECUTE_TOOL,
+                names.A_GENAI_TOOL_NAME: ev.tool or "",
+                names.A_GENAI_TOOL_CALL_ID: ck[1],
+                names.A_GENAI_TOOL_TYPE: _TOOL_TYPE.get(cls, "function"),
+                names.A_GENAI_CONVERSATION: ev.session,
+                names.A_TOOL_CLASS: cls,
+            },
+        )
+        pid = ev.attrs.get("pid")
+        if pid is not None:
+            span.set_attribute("process.pid", int(pid))
+        return _Exec(span, _ids(span))
+
+    def _start_abort(self, ev: Event, ck: tuple[str, str], stop: _Stop) -> Span:
+        ex = self._exec.get(ck)
+        links = [Link(ex.span.get_span_context())] if ex is not None else []
+        parent = stop.walk or stop.agent_abort or stop.root
+        span = self._child(names.SPAN_TOOLS_ABORT, parent, ev, kind=SpanKind.CLIENT, links=links)
+        span.set_attributes(
+            {
+                names.A_GENAI_TOOL_NAME: ev.tool or "",
+                names.A_GENAI_TOOL_CALL_ID: ck[1],
+                names.A_POLICY: str(ev.attrs.get("policy", "")),
+                names.A_TOOL_CLASS: str(ev.attrs.get("class", "")),
+            }
+        )
+        stop.tools[ck[1]] = span
+        return span
+
+    def _release(
+        self, ev: Event, ck: tuple[str, str], stop: _Stop | None
+    ) -> tuple[str, str] | None:
+        outcome = str(ev.attrs.get("outcome", ""))
+        ex = self._exec.pop(ck, None)
+        self._class.pop(ck, None)
+        if ex is not None:
+            ex.span.set_attribute(names.A_OUTCOME, outcome)
+            if outcome == "failed":
+                ex.span.set_attribute(names.A_ERROR_TYPE, str(ev.attrs.get("error", "failed")))
+            ex.span.end(_ns(ev))
+        abort_span = stop.tools.pop(ck[1], None) if stop is not None else None
+        if abort_span is not None:
+            abort_span.set_attribute(names.A_OUTCOME, outcome)
+            if outcome == "failed":  # the abort itself failed: the host could not stop it
+                abort_span.set_attribute(names.A_ERROR_TYPE, "tool_failed_during_abort")
+            abort_span.end(_ns(ev))
+            return _ids(abort_span)
+        return ex.ids if ex is not None else None
