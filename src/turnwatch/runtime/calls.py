@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from turnwatch import names
+from turnwatch.runtime.events import now_event
 from turnwatch.runtime.gate import Prompt
 from turnwatch.runtime.model import POLICY_OF, Outcome, Phase, Policy, ToolClass, ToolResult
 from turnwatch.runtime.protocol import (
@@ -88,10 +89,19 @@ class Call:
         return asyncio.get_running_loop().create_future()
 
     def emit(self, kind: str, **attrs: Any) -> None:
-        """Emit an event about this call."""
-        self.runtime.emit(
-            kind, self.session, turn=self.turn.id, call=self.call_id, tool=self.tool, attrs=attrs
-        )
+        """Emit an event about this call (straight to the sink: this is the busiest emitter)."""
+        sink = self.runtime.sink
+        if sink is not None:
+            sink(
+                now_event(
+                    kind,
+                    self.session,
+                    turn=self.turn.id,
+                    call=self.call_id,
+                    tool=self.tool,
+                    attrs=attrs,
+                )
+            )
 
     # --- host messages ---
 

@@ -54,18 +54,13 @@ def now_event(
     attrs: Mapping[str, Any] | None = None,
 ) -> Event:
     """An event stamped now, on both clocks."""
-    if kind not in names.EVENT_KINDS:
+    if kind not in _KINDS:
         raise ValueError(f"unknown event kind {kind!r}")
-    return Event(
-        kind=kind,
-        session=session,
-        ts_unix=time.time(),
-        mono_ns=time.monotonic_ns(),
-        turn=turn,
-        call=call,
-        tool=tool,
-        attrs=attrs or {},
-    )
+    # Positional: every event of an observed runtime is built here, on the event loop.
+    return Event(kind, session, time.time(), time.monotonic_ns(), turn, call, tool, attrs or {})
+
+
+_KINDS = names.EVENT_KINDS
 
 
 class MemorySink:
