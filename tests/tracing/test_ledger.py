@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sqlite3
@@ -189,3 +190,17 @@ def test_two_writers_ingesting_the_same_events_store_each_once(tmp_path: Path) -
     assert a.lost == b.lost == 0
     conn = connect(path, readonly=True)
     assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 3000
+
+
+def test_rows_written_by_the_stdlib_encoder_still_read(tmp_path: Path) -> None:
+    """0.1.0 wrote attributes with json.dumps, which lets NaN and Infinity through."""
+    path = tmp_path / "ledger.sqlite3"
+    Ledger(path).close()
+    conn = connect(path)
+    conn.execute(
+        "INSERT INTO events (ts_unix, session, kind, attrs_json) "
+        "VALUES (1.0, 's', 'tool.progress', '{\"progress\": NaN, \"total\": Infinity}')"
+    )
+    ((_seq, event),) = read_events(conn)
+    assert math.isnan(event.attrs["progress"])
+    assert event.attrs["total"] == math.inf

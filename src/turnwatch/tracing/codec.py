@@ -54,3 +54,13 @@ def loads(data: bytes | str) -> Any:
     Stricter than ``json.loads`` where JSON itself is: ``NaN`` and ``Infinity`` are refused.
     """
     return orjson.loads(data)
+
+
+def loads_stored(text: str) -> Any:
+    """Parse JSON the ledger stored. Lenient where :func:`loads` is strict: ledgers written by
+    turnwatch 0.1.0 (``json.dumps``) may hold ``NaN`` or ``Infinity``, and are read as they were.
+    """
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)

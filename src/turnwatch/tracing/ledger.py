@@ -31,7 +31,7 @@ log = logging.getLogger("turnwatch.ledger")
 SCHEMA_VERSION = 1
 APPLICATION = "turnwatch"
 BATCH_MAX = 2000
-#: A batch smaller than this waits up to LINGER_S for more events before it is committed.
+#: With fewer events than this waiting, the writer sleeps LINGER_S first, to let a batch gather.
 LINGER_BELOW = 256
 LINGER_S = 0.005
 #: How often the writer retries a failed batch before it counts the events lost.
@@ -319,7 +319,7 @@ class Ledger:
             if isinstance(item, tuple) and self._queue.qsize() < LINGER_BELOW:
                 # Let a batch gather before draining: a transaction per trickled event would
                 # cost more than the events. The sleep holds no GIL, so the event loop runs on;
-                # it never waits on this (flush() and close() skip it).
+                # it never waits on this (a flush() waits at most LINGER_S longer).
                 time.sleep(LINGER_S)
             batch: list[tuple[Event, str | None]] = []
             waiters: list[threading.Event] = []
@@ -389,7 +389,7 @@ def read_events(
                 turn=r["turn"],
                 call=r["call"],
                 tool=r["tool"],
-                attrs=codec.loads(r["attrs_json"]),
+                attrs=codec.loads_stored(r["attrs_json"]),
                 trace_id=r["trace_id"],
                 span_id=r["span_id"],
             ),
