@@ -1,4 +1,4 @@
-"""Instrumentation cost per call, ledger ingest rate, and the sessions view on a big ledger."""
+"""Instrumentation cost per call, ledger and ingest rates, and the sessions view on a big ledger."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -19,12 +20,15 @@ from turnwatch.runtime.events import Event
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.tracing import view
 from turnwatch.tracing.ingest import ingest
-from turnwatch.tracing.ledger import Ledger, connect
+from turnwatch.tracing.ledger import _INSERT_EVENTS, Ledger, _row, connect
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
 
 CALLS = 5000
+REPS = 5
 LEDGER_EVENTS = 200_000
+INGEST_LINES = 50_000
+BUSY_ROWS = 2000
 VIEW_EVENTS = 1_000_000
 
 
@@ -33,35 +37,70 @@ async def noop(ctx: ToolContext) -> HostResult:
     return HostResult(HostStatus.OK, "ok")
 
 
-async def per_call(sink: object | None) -> float:
+async def per_call(sink: Telemetry | None) -> tuple[float, float]:
+    """Seconds per call until every event of the run is committed, and the event loop thread's
+    own CPU time per call (building and enqueueing events, not the writer's work)."""
     host = LocalHost(subreaper=False)
     host.register("noop", noop)
-    rt = Runtime(host, sink=sink)  # type: ignore[arg-type]
+    rt = Runtime(host, sink=sink)
     turn = rt.start_turn("s")
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.thread_time()
     for _ in range(CALLS):
         await turn.request("noop", {}, tool_class="extension").result()
-    return (time.perf_counter() - started) / CALLS
+    cpu = time.thread_time() - cpu
+    if sink is not None and sink.ledger is not None:
+        sink.ledger.flush(timeout=600)
+    return (time.perf_counter() - started) / CALLS, cpu / CALLS
+
+
+def telemetry(path: Path, *, spans: bool = True, metrics: bool = True) -> Telemetry:
+    return Telemetry(
+        ledger=Ledger(path),
+        spans=SpanBuilder(TracerProvider().get_tracer("b")) if spans else None,
+        observers=[StopMetrics(CollectorRegistry())] if metrics else [],
+    )
 
 
 async def instrumentation(tmp: Path) -> list[list[object]]:
-    rows = []
-    ledger = Ledger(tmp / "instr.sqlite3")
-    full = Telemetry(
-        ledger=ledger,
-        spans=SpanBuilder(TracerProvider().get_tracer("b")),
-        observers=[StopMetrics(CollectorRegistry())],
-    )
-    # Interleave the runs, best of 3 each: the machine is shared and noisy.
-    bare, instr = [], []
-    for _ in range(3):
-        bare.append(await per_call(None))
-        instr.append(await per_call(full))
-    ledger.close()
-    b, i = min(bare), min(instr)
-    rows.append(["no-op tool call, no sink", fmt_s(b), ""])
-    rows.append(["same, with ledger + spans + metrics", fmt_s(i), f"+{fmt_s(i - b)} per call"])
-    return rows
+    """The same no-op workload bare and instrumented, interleaved, best of REPS each.
+
+    The loop runs calls back to back, so the writer thread's work, which needs the GIL for its
+    Python parts, slows the loop down: the wall time counts both threads. Each instrumented run
+    has a fresh ledger and ends with the writer idle (flushed): no run pays another's backlog.
+    """
+    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "ledger": [], "full": []}
+    for rep in range(REPS):
+        runs["bare"].append(await per_call(None))
+        for label in ("ledger", "full"):
+            tel = telemetry(tmp / f"{label}{rep}.sqlite3", spans=label == "full")
+            runs[label].append(await per_call(tel))
+            assert tel.ledger is not None
+            tel.ledger.close()
+
+    def best(label: str, i: int) -> float:
+        return min(r[i] for r in runs[label])
+
+    def added(label: str, i: int) -> str:
+        return f"+{fmt_s(best(label, i) - best('bare', i))} per call"
+
+    return [
+        ["no-op tool call, no sink", fmt_s(best("bare", 0)), f"best of {REPS}, {CALLS:,} calls"],
+        [
+            "same, with ledger + spans + metrics, until every event is committed",
+            fmt_s(best("full", 0)),
+            added("full", 0) + " (target ≤ 40 µs)",
+        ],
+        [
+            "the event loop thread's own CPU time, bare → instrumented",
+            f"{fmt_s(best('bare', 1))} → {fmt_s(best('full', 1))}",
+            added("full", 1) + ": building and enqueueing events",
+        ],
+        [
+            "ledger alone (no spans), until committed",
+            fmt_s(best("ledger", 0)),
+            added("ledger", 0),
+        ],
+    ]
 
 
 def events(n: int, sessions: int) -> list[Event]:
@@ -102,27 +141,75 @@ def events(n: int, sessions: int) -> list[Event]:
 
 def ledger_rate(tmp: Path) -> list[list[object]]:
     evs = events(LEDGER_EVENTS, 2000)
-    ledger = Ledger(tmp / "rate.sqlite3")
-    started = time.perf_counter()
-    ledger.extend(evs)
-    ledger.flush(timeout=600)
-    took = time.perf_counter() - started
-    ledger.close()
-    lines = "\n".join(json.dumps(e.to_json()) for e in evs[:50_000]).encode()
-    ledger2 = Ledger(tmp / "ingest.sqlite3")
-    started = time.perf_counter()
-    report = ingest(io.BytesIO(lines), Telemetry(ledger=ledger2, dedup=True))
-    ledger2.flush(timeout=600)
-    took2 = time.perf_counter() - started
-    ledger2.close()
-    assert report.good == 50_000
+    rates = []
+    for rep in range(3):
+        ledger = Ledger(tmp / f"rate{rep}.sqlite3")
+        started = time.perf_counter()
+        ledger.extend(evs)
+        ledger.flush(timeout=600)
+        rates.append(LEDGER_EVENTS / (time.perf_counter() - started))
+        ledger.close()
+    lines = "\n".join(json.dumps(e.to_json()) for e in evs[:INGEST_LINES]).encode()
+    ingested = []
+    for rep in range(3):
+        ledger = Ledger(tmp / f"ingest{rep}.sqlite3")
+        started = time.perf_counter()
+        report = ingest(io.BytesIO(lines), Telemetry(ledger=ledger, dedup=True))
+        ledger.flush(timeout=600)
+        ingested.append(INGEST_LINES / (time.perf_counter() - started))
+        ledger.close()
+        assert report.good == INGEST_LINES
     return [
-        ["ledger append → committed", f"{LEDGER_EVENTS / took:,.0f} events/s", ""],
+        [
+            "ledger append → committed",
+            f"{max(rates):,.0f} events/s",
+            "best of 3, 200,000 events (target ≥ 200,000/s)",
+        ],
         [
             "JSON lines → validated → ledger (`ingest`)",
-            f"{50_000 / took2:,.0f} events/s",
-            "schema validation per line",
+            f"{max(ingested):,.0f} events/s",
+            "best of 3; parse, schema, dedup key, commit",
         ],
+    ]
+
+
+def _spin(stop: threading.Event) -> None:
+    while not stop.is_set():
+        sum(range(1000))
+
+
+def busy_inserts(tmp: Path) -> list[list[object]]:
+    """Event rows inserted while another thread runs pure Python (a busy event loop).
+
+    Every statement step releases the GIL; getting it back from a busy thread takes up to the
+    switch interval (5 ms). One statement per batch against ``executemany``'s one per row.
+    """
+    rows = [_row(e) for e in events(BUSY_ROWS, 20)]
+    results = {}
+    for label in ("one statement per batch", "executemany, one step per row"):
+        conn = connect(tmp / f"busy-{len(results)}.sqlite3")
+        stop = threading.Event()
+        spinner = threading.Thread(target=_spin, args=(stop,), daemon=True)
+        spinner.start()
+        started = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        if label.startswith("one"):
+            _INSERT_EVENTS(conn, rows)
+        else:
+            conn.executemany(_INSERT_EVENTS.row_sql, rows)
+        conn.execute("COMMIT")
+        results[label] = BUSY_ROWS / (time.perf_counter() - started)
+        stop.set()
+        spinner.join()
+        conn.close()
+    fast, slow = results.values()
+    return [
+        [
+            f"ledger rows with a busy thread beside: {label}",
+            f"{rate:,.0f} rows/s",
+            f"{fast / slow:,.0f}× faster" if rate == fast else "how 0.1.0 wrote",
+        ]
+        for label, rate in results.items()
     ]
 
 
@@ -149,6 +236,7 @@ async def main() -> str:
     with tempfile.TemporaryDirectory() as tmp:
         rows = await instrumentation(Path(tmp))
         rows += ledger_rate(Path(tmp))
+        rows += busy_inserts(Path(tmp))
         rows += view_time(Path(tmp))
     return "### Tracing\n\n" + table(["what", "measured", "note"], rows) + "\n"
 
