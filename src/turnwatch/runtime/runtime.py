@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from turnwatch import names
-from turnwatch.runtime import procfs
+from turnwatch.runtime import procfs, walk
 from turnwatch.runtime.calls import Call
 from turnwatch.runtime.events import Event, EventSink, now_event
 from turnwatch.runtime.gate import Answer, Prompt
@@ -19,7 +19,6 @@ from turnwatch.runtime.model import (
     Mode,
     Outcome,
     Phase,
-    Policy,
     Receipt,
     StopSource,
     ToolClass,
@@ -36,8 +35,6 @@ from turnwatch.runtime.session import CallHandle, Session, Turn, closest
 
 DEFAULT_GRACE_S = 10.0
 DEFAULT_MAX_RUNNING = 8
-#: The tools whose abort listener was live before the ADR (``legacy`` mode).
-LEGACY_LISTENERS = frozenset({"Bash", "GenerateImages"})
 
 AskPermission = Callable[[str, ToolClass], bool]
 
@@ -256,7 +253,7 @@ class Runtime:
             )
         call = turn.calls.get(call_id)
         if call is not None and call.tool == tool:
-            self._handle(call, src, use_mode=True)
+            walk.handle(call, src, self.mode, self.grace_s)
         elif call is None:
             self.registry.record(session_id, turn_id, call_id, tool, src.value)
 
@@ -345,7 +342,7 @@ class Runtime:
 
     async def _stop(self, turn: Turn, src: StopSource) -> None:
         if self.mode is Mode.LEGACY and src is not StopSource.WATCHDOG:
-            self._signal_legacy(turn, src)
+            walk.signal_legacy(turn, src, self.grace_s)
         else:
             self._walk(turn, src)
         await turn.wait_idle()
@@ -362,41 +359,9 @@ class Runtime:
             attrs={"inflight": len(inflight), "source": src.value},
         )
         # The watchdog's walk is the ADR's whatever this runtime's mode: that is the recovery.
-        use_mode = src is not StopSource.WATCHDOG
+        mode = self.mode if src is not StopSource.WATCHDOG else Mode.ADR
         for call in inflight:
-            self._handle(call, src, use_mode=use_mode)
-
-    def _signal_legacy(self, turn: Turn, src: StopSource) -> None:
-        """Pre-ADR: only Bash and GenerateImages listened to the signal."""
-        for call in list(turn.calls.values()):
-            if call.tool in LEGACY_LISTENERS and not call.result.done():
-                self._handle(call, src, use_mode=True)
-
-    def _handle(self, call: Call, src: StopSource, *, use_mode: bool) -> None:
-        """Run ``call``'s stop handler; idempotent: the walk and the signal may both run it."""
-        if not call.stop.done():
-            call.stop.set_result(src.value)
-        if call.result.done() or call.abort_sent:
-            return
-        mode = self.mode if use_mode else Mode.ADR
-        if not call.phase.started:
-            if mode is Mode.ABANDON_ALL:
-                # The rejected alternative: forget the call locally, leave its prompt open.
-                call.abandoned = True
-                call.finish(Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED)
-            else:
-                call.close_before_start()
-            return
-        call.send_abort(src.value)
-        policy = Policy.RACE if mode is Mode.ABANDON_ALL else call.policy
-        if policy is Policy.RACE and mode is not Mode.GRACE_ONLY:
-            call.race()
-            return
-        loop = asyncio.get_running_loop()
-        if policy is Policy.GRACE or mode is Mode.GRACE_ONLY:
-            call.handler = loop.create_task(call.grace(self.grace_s), name=f"grace {call.call_id}")
-        else:
-            call.handler = loop.create_task(call.await_result(), name=f"await {call.call_id}")
+            walk.handle(call, src, mode, self.grace_s)
 
     def _settle(self, turn: Turn, outcome: TurnOutcome) -> None:
         if turn.settled.done():
