@@ -362,53 +362,20 @@ def demo(
 
     Uses a temporary ledger unless --ledger is given.
     """
-    import asyncio
-    import tempfile
-    import threading
-    from contextlib import nullcontext
+    from turnwatch.cli import democmd, render
 
-    from turnwatch.cli import render
-    from turnwatch.cli.scenario import run_demo
-    from turnwatch.cli.wiring import wire
-    from turnwatch.exporters import http
-
-    with tempfile.TemporaryDirectory(prefix="turnwatch-demo-") as tmp:
-        path = ledger or Path(tmp) / "ledger.sqlite3"
-        wiring = wire(path)
-        spinner = err.status("running the demo…") if not as_json else nullcontext()
-        try:
-            with spinner:
-                report = asyncio.run(
-                    run_demo(
-                        grace_s=grace,
-                        workdir=Path(tmp),
-                        sink=wiring.telemetry,
-                        ledger=wiring.ledger,
-                        say=lambda m: err.print(f"[dim]· {m}[/]"),
-                    )
-                )
-        finally:
-            wiring.close()
-        report.ledger = str(path) if ledger else None
+    def show(report: Any, registry: Any) -> None:
         if as_json:
             sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
         else:
             render.demo_report(console, report)
         if serve_metrics:
             try:
-                server, port = http.serve(wiring.registry, serve_metrics)
+                democmd.serve_until_interrupted(registry, serve_metrics, err)
             except (ValueError, OSError) as exc:
                 raise fail(f"--serve-metrics {serve_metrics}: {exc}") from None
-            err.print(
-                f"metrics on http://{http.parse_addr(serve_metrics)[0]}:{port}/metrics "
-                "(Ctrl-C to stop)"
-            )
-            try:
-                threading.Event().wait()
-            except KeyboardInterrupt:
-                pass
-            finally:
-                http.stop(server)
+
+    democmd.run(grace_s=grace, ledger=ledger, quiet=as_json, err=err, then=show)
 
 
 def main() -> None:
