@@ -271,6 +271,8 @@ class Ledger:
         # Events committed by this writer.
         self.written = 0
         self._closed = False
+        # Set by flush(): the writer cuts its linger short, so a flush costs no extra wait.
+        self._hurry = threading.Event()
         self._thread = threading.Thread(target=self._run, name="turnwatch-ledger", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -295,6 +297,7 @@ class Ledger:
             return True
         done = threading.Event()
         self._queue.put(done)
+        self._hurry.set()
         return done.wait(timeout)
 
     def close(self) -> None:
@@ -318,9 +321,10 @@ class Ledger:
             item = self._queue.get()
             if isinstance(item, tuple) and self._queue.qsize() < LINGER_BELOW:
                 # Let a batch gather before draining: a transaction per trickled event would
-                # cost more than the events. The sleep holds no GIL, so the event loop runs on;
-                # it never waits on this (a flush() waits at most LINGER_S longer).
-                time.sleep(LINGER_S)
+                # cost more than the events. The wait holds no GIL, so the event loop runs on;
+                # it never waits on this, and a flush() cuts it short.
+                self._hurry.wait(LINGER_S)
+                self._hurry.clear()
             batch: list[tuple[Event, str | None]] = []
             waiters: list[threading.Event] = []
             stop = False
