@@ -251,3 +251,14 @@ async def test_escaped_grandchild_found_through_the_subreaper(
         timeout=SLACK_S,
         what="the escapee dead within the slack",
     )
+
+
+async def test_a_finished_call_keeps_its_output_once(runtime: Runtime) -> None:
+    """The result carries the output; the call, which the session keeps, drops its buffer."""
+    turn = runtime.start_turn("s")
+    call = turn.request("Bash", {"command": "head -c 200000 /dev/zero | tr '\\0' x; echo"})
+    result = await call.result()
+    assert result.outcome is Outcome.COMPLETED
+    assert result.output.count("x") == 200_000
+    kept = turn.calls[call.call_id]
+    assert not kept.output

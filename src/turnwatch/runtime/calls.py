@@ -156,6 +156,10 @@ class Call:
             self.holds_slot = False
             self.turn.session.admission.release()
         text = "".join(self.output) if output is None else output
+        # The result holds the text now; a resolved call collects no more (on_message), and the
+        # session keeps its calls for receipts: the buffer would be a second copy for its life.
+        self.output.clear()
+        self._output_len = 0
         self.result.set_result(ToolResult(self.call_id, self.tool, outcome, text, error_code, data))
         if self.runtime.sink is not None and outcome is not Outcome.REFUSED:
             kind = (
