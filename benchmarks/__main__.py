@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 import os
 import platform
 from pathlib import Path
@@ -14,12 +15,14 @@ from benchmarks import modes, stops, tracing, watchdog
 def main() -> None:
     parts = [
         f"_Measured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, with `make bench`._\n",
-        asyncio.run(modes.main()),
-        asyncio.run(stops.main()),
-        asyncio.run(tracing.main()),
-        watchdog.main(),
+        f"Python {platform.python_version()}, with `make bench`._\n"
     ]
+    for section in (modes.main, stops.main, tracing.main, watchdog.main):
+        # Each section starts with no garbage of the one before: a full collection of another
+        # section's cycles would otherwise land in, say, one of the timed abort walks.
+        gc.collect()
+        result = section()
+        parts.append(asyncio.run(result) if asyncio.iscoroutine(result) else result)
     text = "\n".join(parts)
     print(text)
     (Path(__file__).parent / "latest.md").write_text(text)

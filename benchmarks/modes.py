@@ -79,7 +79,7 @@ async def run_mode(mode: Mode, tmp: Path, *, storm: bool = False) -> dict[str, o
     await asyncio.wait(stops)
     for fifo in fifos:  # let the raced workers end
         release(fifo)
-    klass = {e.call: (e.tool, e.attrs.get("class")) for e in sink.of(names.TOOL_REQUESTED)}
+    klass = {e.call: (e.tool or "", e.attrs.get("class")) for e in sink.of(names.TOOL_REQUESTED)}
     by_watchdog = {
         e.call for e in sink.of(names.TOOLS_ABORT_SENT) if e.attrs.get("source") == "watchdog"
     }

@@ -185,7 +185,7 @@ def busy_inserts(tmp: Path) -> list[list[object]]:
     switch interval (5 ms). One statement per batch against ``executemany``'s one per row.
     """
     rows = [_row(e) for e in events(BUSY_ROWS, 20)]
-    results = {}
+    results: dict[str, float] = {}
     for label in ("one statement per batch", "executemany, one step per row"):
         conn = connect(tmp / f"busy-{len(results)}.sqlite3")
         stop = threading.Event()
