@@ -6,7 +6,6 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from turnwatch import names
@@ -392,7 +391,7 @@ def _clicked_event(session: str, turn: str, clicked_at: float, src: StopSource) 
     ev = now_event(names.STOP_CLICKED, session, turn=turn, attrs={"source": src.value})
     # Place the click on the monotonic clock too, so offsets from it are exact.
     lag_ns = max(0, int((ev.ts_unix - clicked_at) * 1e9))
-    return replace(ev, ts_unix=clicked_at, mono_ns=(ev.mono_ns or 0) - lag_ns)
+    return ev._replace(ts_unix=clicked_at, mono_ns=(ev.mono_ns or 0) - lag_ns)
 
 
 def _own_create_time() -> float:
