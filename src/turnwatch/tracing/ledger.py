@@ -210,36 +210,38 @@ def write_batch(
     the write transaction, so two writers ingesting the same lines cannot both pass it. Each
     table gets one statement per batch (see :mod:`batchsql`).
     """
+    keys = [key for _ev, key in batch if key is not None]
     conn.execute("BEGIN IMMEDIATE")
     try:
-        fresh = _unseen(conn, batch)
-        if fresh:
-            _INSERT_EVENTS(conn, [_row(ev) for ev, _key in fresh])
-            _INSERT_KEYS(conn, [(key,) for _ev, key in fresh if key is not None])
-            summary.apply(conn, [ev for ev, _k in fresh])
+        # Native events carry no key: nothing to check, the whole batch is fresh.
+        events = _unseen(conn, batch, keys) if keys else [ev for ev, _key in batch]
+        if events:
+            _INSERT_EVENTS(conn, [_row(ev) for ev in events])
+            summary.apply(conn, events)
         conn.execute("COMMIT")
     except BaseException:
         summary.forget()  # its rows are ahead of the file now
         conn.execute("ROLLBACK")
         raise
-    return len(fresh)
+    return len(events)
 
 
 def _unseen(
-    conn: sqlite3.Connection, batch: list[tuple[Event, str | None]]
-) -> list[tuple[Event, str | None]]:
-    keys = [k for _e, k in batch if k is not None]
-    seen: set[str] = set()
-    if keys:
-        (found,) = conn.execute(_SEEN_KEYS, (codec.dumps_rows(keys),)).fetchone()
-        seen.update(codec.loads(found))
-    fresh: list[tuple[Event, str | None]] = []
+    conn: sqlite3.Connection, batch: list[tuple[Event, str | None]], keys: list[str]
+) -> list[Event]:
+    """The batch's events not in the ledger yet; records the new keys."""
+    (found,) = conn.execute(_SEEN_KEYS, (codec.dumps_rows(keys),)).fetchone()
+    seen: set[str] = set(codec.loads(found))
+    fresh: list[Event] = []
+    new_keys: list[tuple[str]] = []
     for ev, key in batch:
         if key is not None:
             if key in seen:
                 continue
             seen.add(key)  # the same line twice in one batch counts once too
-        fresh.append((ev, key))
+            new_keys.append((key,))
+        fresh.append(ev)
+    _INSERT_KEYS(conn, new_keys)
     return fresh
 
 
