@@ -55,8 +55,9 @@ _CALL_COLS = (
 )
 
 
-#: Rows kept between batches; past this, the writer starts over from the file.
-MAX_CACHED_ROWS = 50_000
+#: Rows kept between batches (a row is about a kilobyte); past this, the writer drops them all
+#: and reads what the next batch touches from the file again.
+MAX_CACHED_ROWS = 4096
 
 
 class Summary:
