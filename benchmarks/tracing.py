@@ -96,7 +96,7 @@ async def instrumentation(tmp: Path) -> list[list[object]]:
             added("full", 1) + ": building and enqueueing events",
         ],
         [
-            "ledger alone (no spans), until committed",
+            "ledger + metrics, no spans, until committed",
             fmt_s(best("ledger", 0)),
             added("ledger", 0),
         ],
