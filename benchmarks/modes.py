@@ -16,9 +16,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.common import fmt_s, median, pct, table
+from benchmarks.tracing import telemetry
 from turnwatch import names
 from turnwatch.runtime import LocalHost, MemorySink, Mode, Runtime
+from turnwatch.runtime.events import Event, EventSink
 from turnwatch.testing import check_invariants
+from turnwatch.tracing.pipeline import Telemetry
 
 SESSIONS = 100
 GRACE_S = 1.0
@@ -32,13 +35,24 @@ def release(fifo: Path) -> None:
         os.close(fd)
 
 
-async def run_mode(mode: Mode, tmp: Path, *, storm: bool = False) -> dict[str, object]:
+def _tee(*sinks: EventSink) -> EventSink:
+    def feed(ev: Event) -> None:
+        for sink in sinks:
+            sink(ev)
+
+    return feed
+
+
+async def run_mode(
+    mode: Mode, tmp: Path, *, storm: bool = False, traced: Telemetry | None = None
+) -> dict[str, object]:
+    """One mode's run; ``traced`` also gets every event (ledger, spans, metrics)."""
     sink = MemorySink()
     rt = Runtime(
         LocalHost(),
         mode=mode,
         grace_s=GRACE_S,
-        sink=sink,
+        sink=_tee(sink, traced) if traced is not None else sink,
         max_running=8,
         ask_permission=lambda tool, _c: tool == "Write",
     )
@@ -105,7 +119,7 @@ async def run_mode(mode: Mode, tmp: Path, *, storm: bool = False) -> dict[str, o
         if label == "Bash (honours TERM)" and res and res.data and res.data.get("exit_mono_ns"):
             reaped_to_release.append((e.mono_ns - res.data["exit_mono_ns"]) / 1e9)
     return {
-        "mode": mode.value,
+        "mode": mode.value + (", traced" if traced is not None else ""),
         "by": by,
         "pinned": pinned,
         "violations": len(check_invariants(sink.events)),
@@ -135,6 +149,13 @@ async def main() -> str:
         for m in Mode:
             (Path(tmp) / m.value).mkdir()
         results = [await run_mode(m, Path(tmp)) for m in Mode]
+        # The ADR again with the ledger writer, spans and metrics on: the writer thread shares
+        # the GIL with the event loop the stops run on.
+        (Path(tmp) / "traced" / "adr").mkdir(parents=True)
+        traced = telemetry(Path(tmp) / "traced" / "ledger.sqlite3")
+        results.insert(1, await run_mode(Mode.ADR, Path(tmp) / "traced", traced=traced))
+        assert traced.ledger is not None
+        traced.ledger.close()
         (Path(tmp) / "storm" / "adr").mkdir(parents=True)
         storm = await run_mode(Mode.ADR, Path(tmp) / "storm", storm=True)
     sby = storm["by"]
