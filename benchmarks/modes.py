@@ -19,7 +19,7 @@ from benchmarks.common import fmt_s, median, pct, table
 from benchmarks.tracing import telemetry
 from turnwatch import names
 from turnwatch.runtime import LocalHost, MemorySink, Mode, Runtime
-from turnwatch.runtime.events import Event, EventSink
+from turnwatch.runtime.events import FanOut
 from turnwatch.testing import check_invariants
 from turnwatch.tracing.pipeline import Telemetry
 
@@ -35,14 +35,6 @@ def release(fifo: Path) -> None:
         os.close(fd)
 
 
-def _tee(*sinks: EventSink) -> EventSink:
-    def feed(ev: Event) -> None:
-        for sink in sinks:
-            sink(ev)
-
-    return feed
-
-
 async def run_mode(
     mode: Mode, tmp: Path, *, storm: bool = False, traced: Telemetry | None = None
 ) -> dict[str, object]:
@@ -52,7 +44,7 @@ async def run_mode(
         LocalHost(),
         mode=mode,
         grace_s=GRACE_S,
-        sink=_tee(sink, traced) if traced is not None else sink,
+        sink=FanOut(sink, traced) if traced is not None else sink,
         max_running=8,
         ask_permission=lambda tool, _c: tool == "Write",
     )

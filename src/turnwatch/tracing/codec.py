@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-_STD_ATTRS = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_STD_COMPACT = json.JSONEncoder(separators=(",", ":"), default=str).encode
 _STD_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
 
 
@@ -26,7 +26,7 @@ def dumps_attrs(attrs: Mapping[str, Any]) -> str:
     try:
         return orjson.dumps(attrs, default=str).decode()
     except TypeError:  # a >64-bit integer, a non-string key
-        return _STD_ATTRS(attrs)
+        return _STD_COMPACT(attrs)
 
 
 def dumps_canonical(value: Any) -> bytes:
@@ -45,7 +45,7 @@ def dumps_rows(rows: list[Any]) -> str:
     try:
         return orjson.dumps(rows, default=str).decode()
     except TypeError:
-        return _STD_ATTRS(rows)
+        return _STD_COMPACT(rows)
 
 
 def loads(data: bytes | str) -> Any:
