@@ -131,9 +131,20 @@ def fifo(tmp_path: Path) -> Iterator[Path]:
     release_fifo(path)
 
 
-def release_fifo(path: Path, data: bytes = b"late line\n") -> None:
-    """Let a worker blocked on ``path`` finish (open for writing without blocking if no reader)."""
-    with contextlib.suppress(OSError):
+def release_fifo(path: Path, data: bytes = b"late line\n") -> bool:
+    """Let a worker blocked on ``path`` finish; False if no reader had it open yet (then a
+    non-blocking open for writing fails, and a reader that opens it later still blocks)."""
+    try:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
         os.write(fd, data)
-        os.close(fd)
+    os.close(fd)
+    return True
+
+
+async def release_when_read(path: Path) -> None:
+    """Release ``path`` once its worker has it open: a worker thread that has not reached its
+    open() yet (a busy machine) would miss a release sent now and block for good."""
+    await until(lambda: release_fifo(path), what=f"a reader to open {path.name}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GRACE, release_fifo, task_done, until
+from tests.conftest import GRACE, release_when_read, task_done, until
 from turnwatch import names
 from turnwatch.runtime import (
     AbortRequest,
@@ -174,7 +174,7 @@ async def test_legacy_mode_reproduces_the_field_report(sink: MemorySink, fifo: P
     await asyncio.sleep(0.3)
     assert not stop.done(), "legacy: the stop must wait for the Grep"
     assert runtime.session("s").processing
-    release_fifo(fifo)  # the Grep finally returns ...
+    await release_when_read(fifo)  # the Grep finally returns ...
     assert await stop is Receipt.ACCEPTED  # ... and the abort applies only then
     kinds = sink.kinds(session="s")
     assert kinds.index(names.TOOL_FINISHED) < kinds.index(names.TURN_SETTLED)

@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import GRACE, Procs, release_fifo, task_done, until, worker_alive
+from tests.conftest import GRACE, Procs, release_when_read, task_done, until, worker_alive
 from turnwatch import names
 from turnwatch.runtime import LocalHost, MemorySink, Outcome, Receipt, Runtime
 from turnwatch.testing import check_invariants
@@ -24,18 +24,18 @@ def pids_in(output: str) -> list[int]:
 async def test_read_only_call_races_and_its_late_result_is_discarded(
     runtime: Runtime, sink: MemorySink, fifo: Path
 ) -> None:
-    turn = runtime.start_turn("s")
+    turn = runtime.start_turn("race")
     call = turn.request("Grep", {"pattern": "late", "path": str(fifo)})
     await until(lambda: sink.of(names.TOOL_STARTED, call=call.call_id), what="Grep started")
 
-    assert await runtime.abort("s") is Receipt.ACCEPTED
+    assert await runtime.abort("race") is Receipt.ACCEPTED
 
     result = await call.result()
     assert result.outcome is Outcome.DISCARDED
     assert result.aborted
     settled_at = len(sink)
-    # The blocked worker now returns a match: nothing of it reaches the runtime or the user.
-    release_fifo(fifo)
+    # The blocked worker now returns: nothing of it reaches the runtime or the user.
+    await release_when_read(fifo)
     await until(lambda: not worker_alive(call.call_id), what="the worker to return")
     await until(lambda: task_done(f"call {call.call_id}"), what="its answer to be handled")
     late = [e for e in sink.events[settled_at:] if e.call == call.call_id]
@@ -52,11 +52,11 @@ async def test_grep_progress_stops_at_the_stop(sink: MemorySink, tmp_path: Path)
     for i in range(3000):
         os.link(body, tree / f"f{i}.txt")
     runtime = Runtime(LocalHost(), grace_s=GRACE, sink=sink)
-    turn = runtime.start_turn("s")
+    turn = runtime.start_turn("tree")
     call = turn.request("Grep", {"pattern": "needle", "path": str(tree), "max_matches": 10**9})
     await until(lambda: sink.of(names.TOOL_PROGRESS, call=call.call_id), what="Grep progress")
 
-    await runtime.abort("s")
+    await runtime.abort("tree")
 
     discarded = sink.of(names.TOOL_RESULT_DISCARDED, call=call.call_id)
     assert len(discarded) == 1

@@ -81,7 +81,7 @@ async def glob(ctx: ToolContext) -> HostResult:
         found: list[str] = []
         for p in root.glob(pattern):
             if ctx.cancelled.is_set():
-                break
+                return HostResult(HostStatus.ABORTED, "", error="cancelled")  # nobody reads it
             found.append(str(p))
         return HostResult(HostStatus.OK, "\n".join(sorted(found)), data={"count": len(found)})
 
@@ -117,6 +117,10 @@ async def grep(ctx: ToolContext) -> HostResult:
             if now - last_beat >= HEARTBEAT_S:
                 last_beat = now
                 ctx.notify_threadsafe(Progress(progress=float(scanned)))
+        if ctx.cancelled.is_set():
+            # Raced away at the stop: nobody reads this result, so do not join up to
+            # max_matches lines into one string for it.
+            return HostResult(HostStatus.ABORTED, "", error="cancelled")
         return HostResult(
             HostStatus.OK, "\n".join(matches), data={"files": scanned, "matches": len(matches)}
         )
