@@ -63,7 +63,9 @@ def now_event(
     if kind not in _KINDS:
         raise ValueError(f"unknown event kind {kind!r}")
     # Positional: every event of an observed runtime is built here, on the event loop.
-    return Event(kind, session, time.time(), time.monotonic_ns(), turn, call, tool, attrs or {})
+    return Event(
+        kind, session, time.time(), time.monotonic_ns(), turn, call, tool, attrs or _NO_ATTRS
+    )
 
 
 _KINDS = names.EVENT_KINDS

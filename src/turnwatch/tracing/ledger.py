@@ -321,7 +321,9 @@ class Ledger:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            if isinstance(item, tuple) and self._queue.qsize() < LINGER_BELOW:
+            # An event, not a flush marker or the stop (an Event is a tuple too: test for those).
+            is_event = item is not None and not isinstance(item, threading.Event)
+            if is_event and self._queue.qsize() < LINGER_BELOW:
                 # Let a batch gather before draining: a transaction per trickled event would
                 # cost more than the events. The wait holds no GIL, so the event loop runs on;
                 # it never waits on this, and a flush() cuts it short.

@@ -10,7 +10,6 @@ without doing anything twice.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import sqlite3
 import time
@@ -21,7 +20,7 @@ from typing import Any
 from turnwatch import names
 from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.runtime import Runtime
-from turnwatch.tracing import view
+from turnwatch.tracing import codec, view
 from turnwatch.watchdog import control_client
 from turnwatch.watchdog.procs import ProcessTable
 from turnwatch.watchdog.scan import Finding
@@ -180,7 +179,7 @@ class Recoverer:
                 "ORDER BY seq DESC",
                 (names.WATCHDOG_RECOVERED, f.session, f.call),
             ):
-                attrs = json.loads(r[0])
+                attrs = codec.loads_stored(r[0])
                 if attrs.get("step") == "sigterm" and attrs.get("pid") == f.pid:
                     return float(attrs["kill_at"])
         finally:
