@@ -33,6 +33,11 @@ def _stm(mode: str, le: str, per_min: int) -> tuple[str, str]:
     )
 
 
+def _stop_histogram(mode: str, per_min_by_le: dict[str, int]) -> dict[str, str]:
+    """Bucket series of stop → settle: cumulative stops per minute at each bucket bound."""
+    return dict(_stm(mode, le, n) for le, n in per_min_by_le.items())
+
+
 CASES = (
     Case(
         "TurnwatchSessionsPinned",
@@ -54,14 +59,7 @@ CASES = (
     ),
     Case(
         "TurnwatchStopToSettleSlow",
-        dict(
-            [
-                _stm("adr", "1", 0),
-                _stm("adr", "10", 0),
-                _stm("adr", "30", 10),
-                _stm("adr", "+Inf", 10),
-            ]
-        ),
+        _stop_histogram("adr", {"1": 0, "10": 0, "30": 10, "+Inf": 10}),
         quiet_at="10m",
         fires_at="25m",
         labels={"mode": "adr"},
@@ -69,14 +67,7 @@ CASES = (
     ),
     Case(
         "TurnwatchStopToSettleSlow",  # fast stops: never fires
-        dict(
-            [
-                _stm("adr", "1", 10),
-                _stm("adr", "10", 10),
-                _stm("adr", "30", 10),
-                _stm("adr", "+Inf", 10),
-            ]
-        ),
+        _stop_histogram("adr", {"1": 10, "10": 10, "30": 10, "+Inf": 10}),
         quiet_at="25m",
         fires_at=None,
         labels={},
