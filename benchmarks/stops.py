@@ -8,6 +8,7 @@ import gc
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.common import fmt_s, median, pct, table
@@ -21,7 +22,7 @@ from turnwatch.runtime import (
     Runtime,
     Started,
 )
-from turnwatch.runtime.protocol import MessageCallback
+from turnwatch.runtime.protocol import MessageCallback, Reaped, TurnAbortRequest
 
 RUNS = 30
 WALK_CALLS = 10_000
@@ -67,6 +68,9 @@ class PendingHost:
 
     def abort(self, request: AbortRequest) -> None:
         self.aborts += 1
+
+    async def abort_turn(self, request: TurnAbortRequest) -> Sequence[Reaped]:
+        return ()
 
 
 async def walk(sink: object | None) -> float:

@@ -8,6 +8,7 @@ against: which calls it started, which are still running, which aborts it receiv
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -25,7 +26,7 @@ from turnwatch.runtime import (
     Started,
     ToolClass,
 )
-from turnwatch.runtime.protocol import MessageCallback
+from turnwatch.runtime.protocol import MessageCallback, Reaped, TurnAbortRequest
 from turnwatch.testing import InvariantChecker
 
 TOOLS = ["Grep", "Read", "Bash", "Write", "Edit", "mcp__fs__write"]
@@ -59,6 +60,9 @@ class ScriptedHost:
         # Read-only and process tools honour the cancel; mutating and extension ones run on.
         if req.tool_class in (ToolClass.READ_ONLY, ToolClass.PROCESS) and not done.done():
             done.set_result(HostResult(HostStatus.ABORTED, "partial"))
+
+    async def abort_turn(self, request: TurnAbortRequest) -> Sequence[Reaped]:
+        return ()  # it starts no processes, so none can outlive a call
 
     def finish(self, key: tuple[str, str, str]) -> None:
         entry = self.running.get(key)

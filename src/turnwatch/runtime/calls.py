@@ -111,6 +111,10 @@ class Call:
             attrs: dict[str, Any] = {"class": self.class_name}
             if message.pid is not None:
                 attrs.update(pid=message.pid, create_time=message.create_time)
+            if message.containment is not None:
+                attrs["containment"] = message.containment
+            if message.cgroup is not None:
+                attrs["cgroup"] = message.cgroup
             self.emit(names.TOOL_STARTED, **attrs)
             return
         if self.abandoned or self.phase.terminal:
@@ -190,6 +194,9 @@ class Call:
         extra: dict[str, Any] = {"status": res.status.value}
         if res.error:
             extra["error"] = res.error
+        if res.data is not None and res.data.get("lingering"):
+            # Processes the call left running: the ledger keeps them as the call's.
+            extra["lingering"] = res.data["lingering"]
         self.finish(outcome, output=output, error_code=code, data=res.data, **extra)
 
     # --- the stop handlers (policy) ---

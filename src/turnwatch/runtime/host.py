@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from turnwatch.runtime.protocol import (
@@ -19,9 +19,12 @@ from turnwatch.runtime.protocol import (
     HostResult,
     HostStatus,
     MessageCallback,
+    Reaped,
+    TurnAbortRequest,
 )
 from turnwatch.runtime.registry import AbortRegistry
-from turnwatch.runtime.tools import files, plugins, process, proctree
+from turnwatch.runtime.tools import files, plugins, process
+from turnwatch.runtime.tools.containment import Containers
 from turnwatch.runtime.tools.context import ToolContext, ToolFn
 
 BUILTIN_TOOLS: Mapping[str, ToolFn] = {
@@ -47,14 +50,23 @@ async def _call_mcp(server: McpServer, tool: str, ctx: ToolContext) -> HostResul
 class LocalHost:
     """Runs the built-in tools, plus any tool registered with :meth:`register`.
 
-    On Linux it makes this process a child subreaper, so a tool's grandchild that calls
-    ``setsid`` re-parents here and is still found and killed by a stop.
+    Process tools run each in a cgroup of its own where a writable cgroup2 hierarchy can be had
+    (``containment="auto"``, the default; ``"cgroup"`` insists, ``"process_group"`` never tries),
+    else in a process group of their own. On Linux the host makes this process a child
+    subreaper, so a tool's grandchild that calls ``setsid`` re-parents here, is still found, and
+    is reaped once it exits.
     """
 
-    def __init__(self, *, subreaper: bool = True, registry: AbortRegistry | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        subreaper: bool = True,
+        registry: AbortRegistry | None = None,
+        containment: str = "auto",
+    ) -> None:
         self.tools: dict[str, ToolFn] = dict(BUILTIN_TOOLS)
         self.registry = registry or AbortRegistry()
-        self.subreaper = proctree.become_subreaper() if subreaper else False
+        self.containers = Containers.create(containment, subreaper=subreaper)
         self._inflight: dict[Key, ToolContext] = {}
         self._mcp: list[McpServer] = []
 
@@ -83,11 +95,22 @@ class LocalHost:
             self.register(runtime_name, functools.partial(_call_mcp, server, tool))
         return sorted(server.names())
 
+    @property
+    def subreaper(self) -> bool:
+        """Whether this process is a child subreaper (orphans of tools re-parent here)."""
+        return self.containers.subreaper
+
+    @property
+    def containment(self) -> str:
+        """``cgroup`` or ``process_group``: how process calls are kept together here."""
+        return self.containers.mode.value
+
     async def close(self) -> None:
-        """Stop the MCP servers this host started."""
+        """Stop the MCP servers this host started; remove its cgroup parent if empty."""
         for server in self._mcp:
             await server.close()
         self._mcp.clear()
+        self.containers.close()
 
     async def execute(self, request: ExecuteRequest, notify: MessageCallback) -> HostResult:
         """``tools.execute``."""
@@ -101,7 +124,9 @@ class LocalHost:
             return HostResult(
                 HostStatus.ERROR, error=f"unknown tool {request.tool!r}; tools: {known}"
             )
-        ctx = ToolContext(request, notify, asyncio.get_running_loop())
+        ctx = ToolContext(
+            request, notify, asyncio.get_running_loop(), containers=self.containers
+        )
         self._inflight[key] = ctx
         try:
             return await fn(ctx)
@@ -123,3 +148,7 @@ class LocalHost:
         self.registry.record(
             request.session, request.turn, request.call_id, request.tool, request.source
         )
+
+    async def abort_turn(self, request: TurnAbortRequest) -> Sequence[Reaped]:
+        """The turn's stop: end what its finished process calls left running (``cmd &``)."""
+        return await self.containers.abort_turn(request)

@@ -7,7 +7,7 @@ results and progress, so a host can live in another process behind a pipe or soc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -41,6 +41,28 @@ class AbortRequest:
     traceparent: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TurnAbortRequest:
+    """The turn's stop, for what outlives its calls: processes a finished process call left
+    running (``cmd &``). They belong to the call, so the turn's stop ends them too."""
+
+    session: str
+    turn: str
+    source: str
+    grace_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    """What a turn's stop ended of one finished call's lingering processes."""
+
+    call_id: str
+    tool: str
+    gone: tuple[int, ...]
+    by: str  # SIGTERM, SIGKILL, or none
+    survivors: tuple[int, ...] = ()
+
+
 class HostStatus(StrEnum):
     """How the host says a call ended."""
 
@@ -66,6 +88,10 @@ class Started:
 
     pid: int | None = None
     create_time: float | None = None
+    #: How its processes are kept together: ``cgroup`` or ``process_group``.
+    containment: str | None = None
+    #: The call's cgroup directory, in ``cgroup`` containment.
+    cgroup: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,4 +119,8 @@ class Host(Protocol):
 
         Synchronous on purpose: the abort walk sends one per in-flight call and must stay cheap.
         """
+        ...
+
+    async def abort_turn(self, request: TurnAbortRequest) -> Sequence[Reaped]:
+        """End what the turn's finished calls left running, within the grace window."""
         ...

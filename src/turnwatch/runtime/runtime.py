@@ -28,7 +28,7 @@ from turnwatch.runtime.model import (
     class_of,
     parse_source,
 )
-from turnwatch.runtime.protocol import ExecuteRequest, Host
+from turnwatch.runtime.protocol import ExecuteRequest, Host, TurnAbortRequest
 from turnwatch.runtime.registry import AbortRegistry
 from turnwatch.runtime.session import CallHandle, Session, Turn, closest
 
@@ -345,6 +345,10 @@ class Runtime:
         else:
             self._walk(turn, src)
         await turn.wait_idle()
+        if turn.lingering is not None:
+            await turn.lingering
+            # A call that ended during the walk may have left processes after the first look.
+            await self._stop_lingering(turn, src)
         self._settle(turn, TurnOutcome.ABORTED)
 
     def _walk(self, turn: Turn, src: StopSource) -> None:
@@ -361,6 +365,29 @@ class Runtime:
         mode = self.mode if src is not StopSource.WATCHDOG else Mode.ADR
         for call in inflight:
             walk.handle(call, src, mode, self.grace_s)
+        # What finished process calls left running belongs to them: the stop ends it too.
+        if turn.lingering is None:
+            turn.lingering = asyncio.get_running_loop().create_task(
+                self._stop_lingering(turn, src), name=f"lingering {turn.id}"
+            )
+
+    async def _stop_lingering(self, turn: Turn, src: StopSource) -> None:
+        sess = turn.session.id
+        request = TurnAbortRequest(sess, turn.id, src.value, self.grace_s)
+        for reaped in await self.host.abort_turn(request):
+            self.emit(
+                names.PROCESS_REAPED,
+                sess,
+                turn=turn.id,
+                call=reaped.call_id,
+                tool=reaped.tool,
+                attrs={
+                    "pids": list(reaped.gone),
+                    "signal": reaped.by,
+                    "survivors": list(reaped.survivors),
+                    "lingering": True,
+                },
+            )
 
     def _settle(self, turn: Turn, outcome: TurnOutcome) -> None:
         if turn.settled.done():

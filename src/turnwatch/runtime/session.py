@@ -42,6 +42,8 @@ class Turn:
         self.stop_started: float | None = None
         # True once an ADR walk ran (a watchdog stop walks even a legacy turn once).
         self.walked = False
+        # The walk's task that ends what the turn's finished calls left running.
+        self.lingering: asyncio.Task[None] | None = None
         self.traceparent: str | None = None
         self._seq = itertools.count(1)
 

@@ -7,7 +7,7 @@ import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from turnwatch.runtime.protocol import (
     AbortRequest,
@@ -17,6 +17,9 @@ from turnwatch.runtime.protocol import (
     MessageCallback,
     Progress,
 )
+
+if TYPE_CHECKING:
+    from turnwatch.runtime.tools.containment import Containers
 
 T = TypeVar("T")
 
@@ -35,6 +38,8 @@ class ToolContext:
     abort_arrived: asyncio.Event = field(default_factory=asyncio.Event)
     # The abort request, once one arrived (its grace window bounds process termination).
     abort: AbortRequest | None = None
+    # The host's process containment (process tools only; None outside a host).
+    containers: Containers | None = None
 
     @property
     def args(self) -> Mapping[str, Any]:

@@ -12,17 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from turnwatch import names
-from turnwatch.runtime import procfs
+from turnwatch.runtime import procfs, terminate
+from turnwatch.runtime.cgroup import ENTER_FAILED, CallCgroup
 from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
 from turnwatch.runtime.tools import proctree
+from turnwatch.runtime.tools.containment import Containers
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.runtime.tools.files import ToolArgumentError
 
@@ -31,7 +33,16 @@ DRAIN_CAP_S = 0.25
 #: The host answers this much before the runtime's grace window ends, so its answer lands in it.
 ANSWER_MARGIN_S = 0.25
 #: How long after SIGKILL we wait to see every member gone.
-KILL_WAIT_S = 1.0
+KILL_WAIT_S = terminate.KILL_WAIT_S
+
+_FALLBACK: list[Containers] = []
+
+
+def _fallback() -> Containers:
+    """A tool run outside a host (tests, embedding): process-group containment, no subreaper."""
+    if not _FALLBACK:
+        _FALLBACK.append(Containers(None, subreaper=False))
+    return _FALLBACK[0]
 
 
 class _Pipes:
@@ -93,17 +104,25 @@ async def run_process(
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> HostResult:
-    """Run ``argv`` as a process tool, honouring ``tools.abort`` with the grace window."""
+    """Run ``argv`` as a process tool, honouring ``tools.abort`` with the grace window.
+
+    A stop that arrives before the call's result is returned ends every process of the call,
+    including after its first process exited while a child still holds the output pipe. A call
+    that ends normally while processes it started live on hands them to the host as lingering:
+    the result lists them, and the turn's stop ends them.
+    """
+    box = ctx.containers or _fallback()
     marker = f"{ctx.request.session}/{ctx.request.call_id}"
+    cgroup = box.new_cgroup()
     full_env = {**os.environ, **(env or {}), proctree.CALL_MARKER: marker}
     proc = subprocess.Popen(  # noqa: ASYNC220 - fork+exec is brief; the wait below is async
-        list(argv),
+        cgroup.wrap(argv) if cgroup is not None else list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=cwd,
         env=full_env,
-        start_new_session=True,
+        start_new_session=True,  # a group of its own in both modes: one signal reaches it
     )
     proctree.SPAWNED.add(proc.pid)
     pidfd = os.pidfd_open(proc.pid)
@@ -119,24 +138,47 @@ async def run_process(
 
     ctx.loop.add_reader(pidfd, on_exit)
     pipes = _Pipes(ctx, proc)
+    lingering = False
     try:
         # The start time the watchdog will compare against, read the way it reads it.
         seen = procfs.read(proc.pid)
-        ctx.notify(Started(pid=proc.pid, create_time=seen.create_time if seen else None))
-        stop = asyncio.ensure_future(ctx.abort_arrived.wait())
-        try:
-            await asyncio.wait((stop, exited), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-        if not exited.done() and ctx.abort is not None:
-            return await _terminate(ctx, proc, exited, pipes, marker)
-        await pipes.drain(DRAIN_CAP_S)
+        ctx.notify(
+            Started(
+                pid=proc.pid,
+                create_time=seen.create_time if seen else None,
+                containment=box.mode.value,
+                cgroup=str(cgroup.path) if cgroup is not None else None,
+            )
+        )
+        if await _stopped_before(ctx, exited):
+            return await _terminate(ctx, proc, exited, pipes, box, marker, cgroup)
+        # The first process ended. Drain what a child may still write, unless a stop comes
+        # first. Either way, from here to the return nothing awaits, so no stop slips between
+        # the look at what is left and handing it over as lingering.
+        drain = asyncio.ensure_future(pipes.drain(DRAIN_CAP_S))
+        if await _stopped_before(ctx, drain):
+            drain.cancel()
+        # Read before the first process is reaped: its group id is ours while it is a zombie.
+        left = box.leftovers(proc.pid, marker, cgroup)
+        if ctx.abort is not None and (left is not None or not pipes.eof.is_set()):
+            # The drained-pipe case: stopped before its release while processes of it live on.
+            if left is not None:
+                left.close()
+            return await _terminate(ctx, proc, exited, pipes, box, marker, cgroup)
         code = proc.wait()
-        status = HostStatus.OK if code == 0 else HostStatus.ERROR
+        data: dict[str, Any] = {"exit_code": code, "exit_mono_ns": exited.result()}
+        if left is not None:
+            data["lingering"] = [[pid, ct] for pid, ct in sorted(left.members().items())]
+            box.linger(ctx.request, left, cgroup)
+            lingering = True
+        if code == ENTER_FAILED and cgroup is not None:
+            return HostResult(
+                HostStatus.ERROR, pipes.text, data=data, error="could not enter the call's cgroup"
+            )
         return HostResult(
-            status,
+            HostStatus.OK if code == 0 else HostStatus.ERROR,
             pipes.text,
-            data={"exit_code": code, "exit_mono_ns": exited.result() if exited.done() else None},
+            data=data,
             error=None if code == 0 else f"exit code {code}",
         )
     finally:
@@ -147,6 +189,20 @@ async def run_process(
             proc.kill()  # only reached if we were cancelled ourselves; the group is still ours
             proc.wait()
         proctree.SPAWNED.discard(proc.pid)
+        if cgroup is not None and not lingering:
+            cgroup.remove()
+        box.after_call()
+
+
+async def _stopped_before(ctx: ToolContext, fut: asyncio.Future[Any]) -> bool:
+    """Wait for ``fut`` or a stop; True if a stop arrived while ``fut`` was still pending."""
+    if not fut.done() and not ctx.abort_arrived.is_set():
+        stop = asyncio.ensure_future(ctx.abort_arrived.wait())
+        try:
+            await asyncio.wait((stop, fut), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+    return ctx.abort is not None and not fut.done()
 
 
 async def _terminate(
@@ -154,42 +210,28 @@ async def _terminate(
     proc: subprocess.Popen[bytes],
     exited: asyncio.Future[int],
     pipes: _Pipes,
+    box: Containers,
     marker: str,
+    cgroup: CallCgroup | None,
 ) -> HostResult:
     assert ctx.abort is not None
     started = time.monotonic()
     window = max(ctx.abort.grace_s - ANSWER_MARGIN_S, ctx.abort.grace_s / 2)
-    deadline = started + window
-    # The group first: one syscall. Then the tree, from the kernel's children lists (O(tree)),
-    # or, where there are none, from one /proc scan shared by every stop under way.
-    proctree.signal_group(proc.pid, signal.SIGTERM)
-    found = await proctree.snapshot(proc.pid, marker)
-    proctree.signal_members({p: c for p, c in found.items() if p != proc.pid}, signal.SIGTERM)
-    await asyncio.wait((exited,), timeout=max(deadline - time.monotonic(), 0))
-    ended_on_term = exited.done()
-    # Whatever is left now is killed: the group (its leader is unreaped, so the pgid is still
-    # ours) and every member of the tree; past the window, a fresh scan finds late forks too.
-    proctree.signal_group(proc.pid, signal.SIGKILL)
-    if not ended_on_term:
-        found.update(await proctree.snapshot(proc.pid, marker))
-    found.pop(proc.pid, None)
-    left = proctree.alive(found)
-    proctree.signal_members(left, signal.SIGKILL)
-    await pipes.drain(min(DRAIN_CAP_S, max(deadline - time.monotonic(), 0.01)))
+    target = await box.target(proc.pid, marker, cgroup)
+    try:
+        ended = await terminate.terminate(target, window, kill_wait_s=KILL_WAIT_S)
+    finally:
+        target.close()
+    await pipes.drain(min(DRAIN_CAP_S, max(started + window - time.monotonic(), 0.01)))
     code = proc.wait()
-    kill_deadline = time.monotonic() + KILL_WAIT_S
-    while left and time.monotonic() < kill_deadline:
-        await asyncio.sleep(0.01)  # polling: a process that is not our child has no exit event
-        left = proctree.alive(left)
-        proctree.signal_members(left, signal.SIGKILL)
     return HostResult(
         HostStatus.ABORTED,
         pipes.text,
         error=names.TOOL_ABORTED,
         data={
             "exit_code": code,
-            "terminated_by": "SIGTERM" if ended_on_term else "SIGKILL",
-            "survivors": sorted(left),
+            "terminated_by": ended.by,
+            "survivors": ended.alive,
             "stop_to_exit_s": time.monotonic() - started,
             "exit_mono_ns": exited.result() if exited.done() else None,
         },

@@ -84,13 +84,19 @@ def tree(root: int, marker: str) -> Members:
             stack.extend(child_pids(cur))
 
     walk(root)
-    # Our own children: those this (loop) thread forked, and orphans adopted as subreaper,
-    # which the kernel gives to our first live thread, the main one. Not every worker thread.
-    me = os.getpid()
-    for child in child_pids(me, {me, threading.get_native_id()}):
+    for child in own_children():
         if child not in found and child not in SPAWNED and environ_has(child, CALL_MARKER, marker):
             walk(child)
     return found
+
+
+def own_children() -> list[int]:
+    """This process's children forked by this thread, plus the orphans it adopted (which the
+    kernel gives to the main thread); not the children of every worker thread."""
+    me = os.getpid()
+    if children_files():
+        return child_pids(me, {me, threading.get_native_id()})
+    return [p.pid for p in ProcessTable.scan().children(me)]
 
 
 async def snapshot(root: int, marker: str) -> Members:

@@ -1,0 +1,272 @@
+"""A cgroup (v2) per process call: the one container nothing leaves.
+
+A process group is left by ``setsid``, a parent-child tree by a double fork, an environment marker
+by ``env -i``; a cgroup is left by nothing the tool can do without the cgroup's write access. It
+is how systemd keeps a service's processes together (``KillMode=control-group``).
+
+The hierarchy is found from ``/proc/self/mountinfo`` and ``/proc/self/cgroup`` (unified or hybrid
+mounts), never from a hard-coded path. Calls get children of a parent made for this process
+(``turnwatch-<pid>``) inside our own cgroup, which is what a systemd ``Delegate=yes`` unit or
+``systemd-run --user --scope -p Delegate=yes`` hands us. The tool process enters its call's
+cgroup *before* it execs (:meth:`CallCgroup.wrap`), so no descendant is ever outside it.
+
+"All gone" is ``populated 0`` in ``cgroup.events``. The kernel signals a change of that file to
+``poll``/``epoll`` as ``EPOLLPRI``; an epoll fd watching it is readable, so the event loop waits on
+it like on any socket: no sleeping, no polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import select
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The process tool's argv is run through this shell line: it writes its own pid into the call's
+#: ``cgroup.procs`` (moving itself), then execs the tool, which keeps the pid. ``$0`` is the file.
+_ENTER = 'echo $$ > "$0" || exit 125; exec "$@"'
+#: Exit status of the wrapper when the move failed: the tool never ran.
+ENTER_FAILED = 125
+#: Prefix of every cgroup turnwatch creates; the watchdog refuses to kill any other.
+PREFIX = "turnwatch-"
+
+
+def own_cgroup(
+    mountinfo: str = "/proc/self/mountinfo", cgroup: str = "/proc/self/cgroup"
+) -> Path | None:
+    """This process's cgroup v2 directory, as mounted here; None where there is none.
+
+    ``/proc/self/cgroup`` names the path inside the hierarchy (its ``0::`` line); mountinfo says
+    where that hierarchy (fstype ``cgroup2``) is mounted and which of its paths the mount shows.
+    """
+    try:
+        with open(cgroup) as fh:
+            inside = next((ln[3:].strip() for ln in fh if ln.startswith("0::")), None)
+        with open(mountinfo) as fh:
+            mounts = fh.read().splitlines()
+    except OSError:
+        return None
+    if inside is None or inside.endswith("(deleted)"):
+        return None
+    for line in mounts:
+        head, _, tail = line.partition(" - ")
+        if not tail.startswith("cgroup2 "):
+            continue
+        fields = head.split()
+        root, point = _unescape(fields[3]), _unescape(fields[4])
+        rel = os.path.relpath(inside, root)
+        if rel.startswith(".."):
+            continue  # this mount shows another part of the hierarchy
+        return Path(point) if rel == "." else Path(point) / rel
+    return None
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal (\040 and so on).
+    return field.encode().decode("unicode_escape") if "\\" in field else field
+
+
+def read_members(path: Path) -> list[int]:
+    """The pids in a cgroup now (empty if it is gone)."""
+    try:
+        with open(path / "cgroup.procs") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
+
+
+def populated(path: Path) -> bool:
+    """True while a process lives in the cgroup or below it (False once it is gone)."""
+    try:
+        with open(path / "cgroup.events") as fh:
+            return "populated 1" in fh.read()
+    except OSError:
+        return False
+
+
+def cgroup_of(pid: int) -> str | None:
+    """The cgroup v2 path (inside the hierarchy) of ``pid``; a zombie keeps its last one."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            return next((ln[3:].strip() for ln in fh if ln.startswith("0::")), None)
+    except OSError:
+        return None
+
+
+def kill(path: Path) -> bool:
+    """``cgroup.kill``: SIGKILL every process in the cgroup at once (kernel 5.14+)."""
+    try:
+        with open(path / "cgroup.kill", "w") as fh:
+            fh.write("1")
+    except FileNotFoundError:
+        return not path.exists()
+    return True
+
+
+def remove(path: Path) -> bool:
+    """Remove an empty cgroup; False while it still holds a process (or cannot be removed)."""
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+async def wait_empty(path: Path, timeout: float) -> bool:
+    """Until ``populated 0`` (True), or ``timeout`` seconds (False); an event, not a poll."""
+    try:
+        fd = os.open(path / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    ep = select.epoll(1)
+    loop = asyncio.get_running_loop()
+    emptied: asyncio.Future[None] = loop.create_future()
+
+    def check() -> None:
+        ep.poll(0)  # consume the readiness; the file is re-read below
+        if b"populated 0" in os.pread(fd, 128, 0) and not emptied.done():
+            emptied.set_result(None)
+
+    try:
+        ep.register(fd, select.EPOLLPRI | select.EPOLLERR)
+        loop.add_reader(ep.fileno(), check)
+        check()  # it may be empty already: a change before we registered is not signalled
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(emptied), max(timeout, 0.0))
+        return emptied.done()
+    finally:
+        loop.remove_reader(ep.fileno())
+        ep.close()
+        os.close(fd)
+
+
+def hierarchy_path(path: Path, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The path inside the hierarchy (as ``/proc/PID/cgroup`` names it) of a cgroup2 directory.
+
+    None when ``path`` is not inside a cgroup2 mount: it is then no cgroup of ours to touch.
+    """
+    try:
+        with open(mountinfo) as fh:
+            mounts = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        head, _, tail = line.partition(" - ")
+        if not tail.startswith("cgroup2 "):
+            continue
+        fields = head.split()
+        root, point = _unescape(fields[3]), _unescape(fields[4])
+        rel = os.path.relpath(path, point)
+        if not rel.startswith("..") and rel != ".":
+            return f"{root.rstrip('/')}/{rel}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CallCgroup:
+    """One call's cgroup: its processes, and only they, live in ``path``."""
+
+    path: Path
+    #: The same cgroup as ``/proc/PID/cgroup`` names it: membership is checked against this.
+    hierarchy_path: str
+
+    @classmethod
+    def at(cls, path: str | Path) -> CallCgroup | None:
+        """A recorded call cgroup, if ``path`` is one turnwatch made inside a cgroup2 mount."""
+        p = Path(path)
+        inside = hierarchy_path(p)
+        if inside is None or not p.name.startswith("call-") or not p.parent.name.startswith(PREFIX):
+            return None
+        return cls(p, inside)
+
+    def holds(self, pid: int) -> bool:
+        """Whether ``pid`` is in this cgroup now (read through ``/proc``: proof of membership)."""
+        return cgroup_of(pid) == self.hierarchy_path
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` started so that it enters this cgroup before it execs."""
+        return ["/bin/sh", "-c", _ENTER, str(self.path / "cgroup.procs"), *argv]
+
+    def members(self) -> list[int]:
+        return read_members(self.path)
+
+    def populated(self) -> bool:
+        return populated(self.path)
+
+    def kill(self) -> bool:
+        return kill(self.path)
+
+    async def wait_empty(self, timeout: float) -> bool:
+        return await wait_empty(self.path, timeout)
+
+    def remove(self) -> bool:
+        return remove(self.path)
+
+
+class CgroupRoot:
+    """The parent of this process's call cgroups, once proven usable (:meth:`probe`)."""
+
+    def __init__(self, path: Path, hierarchy_path: str) -> None:
+        #: The directory (``<our cgroup>/turnwatch-<pid>``).
+        self.path = path
+        #: The same, as ``/proc/PID/cgroup`` names it (to recognise our calls' processes).
+        self.hierarchy_path = hierarchy_path
+        self._seq = itertools.count(1)
+
+    @classmethod
+    def probe(cls, own: Path | None = None) -> CgroupRoot | None:
+        """Make the parent and prove a process can be moved into a child and killed there.
+
+        None where no writable cgroup2 hierarchy can be had (no delegation, a read-only mount,
+        an unprivileged container, a kernel without ``cgroup.kill``): the caller falls back to a
+        process group.
+        """
+        own = own if own is not None else own_cgroup()
+        inside = cgroup_of(os.getpid())
+        if own is None or inside is None:
+            return None
+        path = own / f"{PREFIX}{os.getpid()}"
+        try:
+            path.mkdir(exist_ok=True)
+        except OSError:
+            return None
+        root = cls(path, f"{inside.rstrip('/')}/{path.name}")
+        if not (path / "cgroup.kill").exists() or not root._can_enter():
+            root.close()
+            return None
+        return root
+
+    def _can_enter(self) -> bool:
+        probe = self.new("probe")
+        if probe is None:
+            return False
+        try:
+            done = subprocess.run(probe.wrap(["true"]), capture_output=True, check=False)
+            return done.returncode == 0
+        finally:
+            probe.remove()  # the probe was waited for: its cgroup is empty
+
+    def new(self, name: str | None = None) -> CallCgroup | None:
+        """A fresh empty cgroup for one call; None if it cannot be made."""
+        leaf = name or f"call-{next(self._seq)}"
+        path = self.path / leaf
+        try:
+            path.mkdir()
+        except OSError:
+            return None
+        return CallCgroup(path, f"{self.hierarchy_path}/{leaf}")
+
+    def owns(self, hierarchy_path: str | None) -> bool:
+        """Whether a process whose ``/proc/PID/cgroup`` says this is one of our calls'."""
+        return hierarchy_path is not None and hierarchy_path.startswith(self.hierarchy_path + "/")
+
+    def close(self) -> None:
+        """Remove the parent if no call cgroup is left in it."""
+        remove(self.path)
