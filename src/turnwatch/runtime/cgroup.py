@@ -34,6 +34,8 @@ _ENTER = 'echo $$ > "$0" || exit 125; exec "$@"'
 ENTER_FAILED = 125
 #: Prefix of every cgroup turnwatch creates; the watchdog refuses to kill any other.
 PREFIX = "turnwatch-"
+#: Call cgroups are numbered per process: every host of this process shares the parent.
+_SEQ = itertools.count(1)
 
 
 def own_cgroup(
@@ -218,7 +220,6 @@ class CgroupRoot:
         self.path = path
         #: The same, as ``/proc/PID/cgroup`` names it (to recognise our calls' processes).
         self.hierarchy_path = hierarchy_path
-        self._seq = itertools.count(1)
 
     @classmethod
     def probe(cls, own: Path | None = None) -> CgroupRoot | None:
@@ -255,10 +256,17 @@ class CgroupRoot:
 
     def new(self, name: str | None = None) -> CallCgroup | None:
         """A fresh empty cgroup for one call; None if it cannot be made."""
-        leaf = name or f"call-{next(self._seq)}"
+        leaf = name or f"call-{next(_SEQ)}"
         path = self.path / leaf
         try:
             path.mkdir()
+        except FileNotFoundError:
+            # Another host of this process removed the shared parent when it closed.
+            try:
+                self.path.mkdir(exist_ok=True)
+                path.mkdir()
+            except OSError:
+                return None
         except OSError:
             return None
         return CallCgroup(path, f"{self.hierarchy_path}/{leaf}")

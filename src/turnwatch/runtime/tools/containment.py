@@ -135,9 +135,7 @@ class Containers:
     def create(cls, mode: str = "auto", *, subreaper: bool = True) -> Containers:
         """``auto`` (a cgroup where one can be had), ``cgroup`` (or an error), ``process_group``."""
         if mode not in ("auto", "cgroup", "process_group"):
-            raise ValueError(
-                f"invalid containment {mode!r}; valid: auto, cgroup, process_group"
-            )
+            raise ValueError(f"invalid containment {mode!r}; valid: auto, cgroup, process_group")
         root = CgroupRoot.probe() if mode != Containment.PROCESS_GROUP else None
         if mode == Containment.CGROUP and root is None:
             raise ContainmentError(
@@ -219,9 +217,7 @@ class Containers:
         async def end(item: Lingering) -> Reaped:
             done = await terminate.terminate(item.target, request.grace_s)
             self._forget(key, item)
-            return Reaped(
-                item.call_id, item.tool, tuple(done.gone), done.by, tuple(done.alive)
-            )
+            return Reaped(item.call_id, item.tool, tuple(done.gone), done.by, tuple(done.alive))
 
         return await asyncio.gather(*(end(item) for item in list(items)))
 
@@ -264,5 +260,3 @@ class Containers:
 
 
 _LATE_SWEEP_S = 0.05
-
-

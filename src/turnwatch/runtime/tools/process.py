@@ -24,7 +24,7 @@ from turnwatch.runtime import procfs, terminate
 from turnwatch.runtime.cgroup import ENTER_FAILED, CallCgroup
 from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
 from turnwatch.runtime.tools import proctree
-from turnwatch.runtime.tools.containment import Containers
+from turnwatch.runtime.tools.containment import Containers, Containment
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.runtime.tools.files import ToolArgumentError
 
@@ -146,7 +146,9 @@ async def run_process(
             Started(
                 pid=proc.pid,
                 create_time=seen.create_time if seen else None,
-                containment=box.mode.value,
+                containment=(
+                    Containment.CGROUP if cgroup is not None else Containment.PROCESS_GROUP
+                ).value,
                 cgroup=str(cgroup.path) if cgroup is not None else None,
             )
         )
