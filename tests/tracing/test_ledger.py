@@ -18,7 +18,9 @@ import pytest
 from tests.conftest import wait_until
 from turnwatch import names
 from turnwatch.runtime.events import now_event
+from turnwatch.tracing import view
 from turnwatch.tracing.ledger import Ledger, LedgerError, connect, default_path, read_events
+from turnwatch.tracing.summary import CALL_COLS_SINCE_2
 
 
 def ev(kind: str, session: str = "s", **kw: object) -> object:
@@ -36,7 +38,47 @@ def test_events_are_committed_in_order_with_wal(tmp_path: Path) -> None:
     conn = connect(path, readonly=True)
     assert [e.attrs["i"] for _s, e in read_events(conn)] == [0, 1, 2, 3, 4]
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "1"
+    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
+
+
+def test_a_schema_1_ledger_is_read_as_it_is_and_upgraded_by_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    ledger = Ledger(path)
+    ledger.append(now_event(names.TURN_STARTED, "s", turn="t"))
+    ledger.append(now_event(names.TOOL_STARTED, "s", turn="t", call="c", tool="Bash"))
+    ledger.close()
+    # What 0.1.0 wrote: no containment columns, schema 1.
+    raw = sqlite3.connect(path)
+    raw.execute("DROP INDEX calls_procs_live")
+    for col in CALL_COLS_SINCE_2:
+        raw.execute(f"ALTER TABLE calls DROP COLUMN {col}")
+    raw.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    raw.commit()
+    raw.close()
+
+    old = connect(path, readonly=True)
+    (row,) = view.sessions(old)
+    assert row.calls[0].containment is None
+    assert row.calls[0].lingering == []
+    old.close()
+
+    ledger = Ledger(path)
+    ledger.append(
+        now_event(
+            names.TOOL_FINISHED,
+            "s",
+            turn="t",
+            call="c",
+            tool="Bash",
+            attrs={"outcome": "completed", "status": "ok", "lingering": [[4242, 1.5]]},
+        )
+    )
+    ledger.close()
+    new = connect(path, readonly=True)
+    assert new.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
+    (row,) = view.sessions(new)
+    assert row.calls[0].lingering == [(4242, 1.5)]
+    assert row.calls[0].procs_live
 
 
 def test_default_path_follows_the_environment(

@@ -24,11 +24,12 @@ from typing import Any
 from turnwatch.runtime.events import Event
 from turnwatch.tracing import batchsql, codec
 from turnwatch.tracing.stages import Stages
-from turnwatch.tracing.summary import Summary
+from turnwatch.tracing.summary import CALL_COLS_SINCE_2, Summary
 
 log = logging.getLogger("turnwatch.ledger")
 
-SCHEMA_VERSION = 1
+#: 2 added the calls' containment columns (summary.CALL_COLS_SINCE_2); a writer upgrades a 1.
+SCHEMA_VERSION = 2
 APPLICATION = "turnwatch"
 BATCH_MAX = 2000
 #: With fewer events than this waiting, the writer sleeps LINGER_S first, to let a batch gather.
@@ -105,6 +106,16 @@ def _check(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> None:
         )
 
 
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Bring an older ledger's tables up to this schema, in the creating transaction."""
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(calls)")}
+    if not cols:
+        return  # a new file: the schema below creates it whole
+    for col in CALL_COLS_SINCE_2:
+        if col not in cols:
+            conn.execute(f"ALTER TABLE calls ADD COLUMN {col}")
+
+
 def _statements(script: str) -> list[str]:
     """The statements of an SQL script (whole-line ``--`` comments allowed)."""
     out, buf = [], ""
@@ -149,11 +160,12 @@ def connect(
         conn.execute("BEGIN IMMEDIATE")
         try:
             _check(conn, path, readonly=False)
+            _upgrade(conn)
             for statement in _statements(_SCHEMA):  # not executescript: it would COMMIT
                 conn.execute(statement)
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('application', ?)", (APPLICATION,))
             conn.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
             conn.execute("COMMIT")
         except BaseException:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.model import POLICY_OF, class_of
-from turnwatch.tracing import batchsql
+from turnwatch.tracing import batchsql, codec
 
 _SESSION_COLS = (
     "session",
@@ -52,7 +52,13 @@ _CALL_COLS = (
     "reaped_ts",
     "late_ts",
     "granted_ts",
+    "containment",
+    "cgroup",
+    "lingering",
+    "procs_live",
 )
+#: Columns added after schema 1: a writer adds them to an older ledger (see ledger.connect).
+CALL_COLS_SINCE_2 = ("containment", "cgroup", "lingering", "procs_live")
 
 
 #: Rows kept between batches (a row is about a kilobyte); past this, the writer drops them all
@@ -67,6 +73,7 @@ class Summary:
 CREATE TABLE IF NOT EXISTS sessions ({", ".join(_SESSION_COLS)}, PRIMARY KEY (session));
 CREATE TABLE IF NOT EXISTS calls ({", ".join(_CALL_COLS)}, PRIMARY KEY (session, call));
 CREATE INDEX IF NOT EXISTS calls_live_pids ON calls (pid) WHERE pid IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_procs_live ON calls (session) WHERE procs_live = 1;
 CREATE INDEX IF NOT EXISTS sessions_processing ON sessions (processing);
 """
 
@@ -235,11 +242,22 @@ def _apply_call(c: dict[str, Any], ev: Event, s: dict[str, Any]) -> None:
         if ev.attrs.get("pid") is not None:
             c["pid"] = ev.attrs.get("pid")
             c["create_time"] = ev.attrs.get("create_time")
+            c["procs_live"] = 1
+        c["containment"] = ev.attrs.get("containment")
+        c["cgroup"] = ev.attrs.get("cgroup")
+        if c["cgroup"] is not None:
+            c["procs_live"] = 1
     elif kind == names.TOOL_PROGRESS:
         c["last_progress_ts"] = ts
     elif kind == names.TOOLS_ABORT_SENT:
         c["abort_ts"] = c["abort_ts"] or ts
     elif kind in _ENDS:
+        if kind == names.TOOL_FINISHED and "status" in ev.attrs:
+            # The host's own answer: it returned once its processes were gone, except those
+            # it names as lingering (they belong to the call until someone ends them).
+            left = ev.attrs.get("lingering")
+            c["lingering"] = codec.dumps_rows(list(left)) if left else None
+            c["procs_live"] = 1 if left else 0
         if c["ended_ts"] is None:
             c["ended_ts"] = ts
             c["outcome"] = ev.attrs.get("outcome") or (
@@ -249,6 +267,7 @@ def _apply_call(c: dict[str, Any], ev: Event, s: dict[str, Any]) -> None:
             c["late_ts"] = ts  # a second end: a result that outlived the runtime's wait
     elif kind == names.PROCESS_REAPED:
         c["reaped_ts"] = ts
+        c["procs_live"] = 0
     if c["class"] is None:  # a foreign stream that never sent tool.requested
         cls = class_of(ev.tool or "")
         c["class"], c["policy"] = cls.value, POLICY_OF[cls].value

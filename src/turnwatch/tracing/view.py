@@ -9,6 +9,7 @@ from typing import Any
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
+from turnwatch.tracing import codec
 from turnwatch.tracing.ledger import read_events
 
 #: A stop whose ``agent.abort`` is still pending after this long pins the session.
@@ -45,6 +46,13 @@ class CallView:
     reaped_ts: float | None
     late_ts: float | None
     granted_ts: float | None = None
+    #: ``cgroup`` or ``process_group`` (None: not a process call, or a runtime that did not say).
+    containment: str | None = None
+    cgroup: str | None = None
+    #: Processes the call left running when it finished: ``[(pid, start time), ...]``.
+    lingering: list[tuple[int, float]] = field(default_factory=list)
+    #: The call's processes may still live (started, and not known to be gone).
+    procs_live: bool = False
 
     @property
     def open(self) -> bool:
@@ -93,6 +101,9 @@ class SessionView:
                     "class": c.tool_class,
                     "policy": c.policy,
                     "pid": c.pid,
+                    "containment": c.containment,
+                    "cgroup": c.cgroup,
+                    "lingering": [pid for pid, _ct in c.lingering],
                     "outcome": c.outcome,
                     "open": c.open,
                 }
@@ -135,7 +146,19 @@ def call_view(r: Any) -> CallView:
         r["reaped_ts"],
         r["late_ts"],
         r["granted_ts"],
+        *_containment(r),
     )
+
+
+def _containment(r: Any) -> tuple[Any, ...]:
+    try:
+        text = r["lingering"]
+        head = (r["containment"], r["cgroup"])
+        live = bool(r["procs_live"])
+    except IndexError:  # a schema-1 ledger read by a read-only command: nothing recorded
+        return ()
+    left = [(int(p), float(t)) for p, t in codec.loads_stored(text)] if text else []
+    return (*head, left, live)
 
 
 def sessions(
