@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -120,7 +121,9 @@ def spawn_tree(
         ["bash", "-c", script], start_new_session=True, env={**os.environ, "TURNWATCH_CALL": marker}
     )
     wait_until(pidfile.exists, what="the subshell to start")
-    return [leader, procs.track(int(pidfile.read_text()))]
+    child = procs.track(int(pidfile.read_text()))
+    shutil.rmtree(pidfile.parent)  # read: the test leaves no tw-tree-* directory behind
+    return [leader, child]
 
 
 def aborted_tree(ledger: Path, procs: Procs) -> list[psutil.Process]:

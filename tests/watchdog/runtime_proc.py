@@ -1,6 +1,6 @@
 """A real runtime in its own process, for cross-process watchdog tests.
 
-python -m tests.watchdog.runtime_proc LEDGER SOCKET MODE TOOL ARGS_JSON STOP
+python -m tests.watchdog.runtime_proc LEDGER SOCKET MODE TOOL ARGS_JSON STOP [CONTAINMENT]
 """
 
 from __future__ import annotations
@@ -14,9 +14,17 @@ from turnwatch.runtime.control import ControlServer
 from turnwatch.tracing.ledger import Ledger
 
 
-async def main(ledger_path: str, sock: str, mode: str, tool: str, args: str, stop: str) -> None:
+async def main(
+    ledger_path: str,
+    sock: str,
+    mode: str,
+    tool: str,
+    args: str,
+    stop: str,
+    containment: str = "auto",
+) -> None:
     ledger = Ledger(ledger_path)
-    rt = Runtime(LocalHost(), mode=mode, grace_s=0.5, sink=ledger)
+    rt = Runtime(LocalHost(containment=containment), mode=mode, grace_s=0.5, sink=ledger)
     async with ControlServer(rt, sock):
         turn = rt.start_turn("far")
         turn.request(tool, json.loads(args))
@@ -33,4 +41,4 @@ async def main(ledger_path: str, sock: str, mode: str, tool: str, args: str, sto
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:7]))
+    asyncio.run(main(*sys.argv[1:8]))

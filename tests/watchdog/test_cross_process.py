@@ -69,6 +69,7 @@ def spawn_runtime(
     args: dict[str, object],
     *,
     stop: bool,
+    containment: str = "auto",
 ) -> subprocess.Popen[str]:
     """A real runtime in its own process, one call in flight (and the user's stop, if asked)."""
     proc = subprocess.Popen(
@@ -82,6 +83,7 @@ def spawn_runtime(
             tool,
             json.dumps(args),
             "stop" if stop else "run",
+            containment,
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -164,6 +166,45 @@ async def test_runtime_killed_mid_turn_leaves_an_orphan_that_is_reaped(
     settled = conn.execute("SELECT attrs_json FROM events WHERE kind='turn.settled'").fetchall()
     conn.close()
     assert [json.loads(r[0])["settled_by"] for r in settled] == ["watchdog"]
+
+
+async def test_a_dead_runtimes_call_cgroup_is_killed_whole(tmp_path: Path, procs: Procs) -> None:
+    """Only the cgroup still ties a ``setsid env -i`` escapee to its call; the watchdog ends it."""
+    if LocalHost(containment="auto").containment != "cgroup":
+        if os.environ.get("TURNWATCH_REQUIRE_CGROUP") == "1":
+            pytest.fail("TURNWATCH_REQUIRE_CGROUP=1 but no writable cgroup2 hierarchy here")
+        pytest.skip("no writable cgroup2 hierarchy (run as root, or under a delegated cgroup)")
+    path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
+    pidfile = tmp_path / "escapee.pid"
+    script = f"(setsid env -i sh -c 'echo $$ > {pidfile}; exec sleep 300' &); sleep 300"
+    proc = spawn_runtime(
+        procs, path, sock, "adr", "Bash", {"command": script}, stop=False, containment="cgroup"
+    )
+    wait_until(pidfile.exists, what="the escapee")
+    conn = connect(path, readonly=True)
+    (call,) = view.sessions(conn, only="far")[0].calls
+    conn.close()
+    assert call.containment == "cgroup"
+    assert call.cgroup is not None
+    bash = procs.track(call.pid)
+    wait_until(lambda: pidfile.read_text().strip(), what="the escapee's pid")
+    escapee = procs.track(int(pidfile.read_text()))
+    assert str(escapee.pid) in (Path(call.cgroup) / "cgroup.procs").read_text().split()
+
+    os.kill(proc.pid, signal.SIGKILL)  # the runtime dies mid-turn
+    proc.wait()
+    proc.stdout.close()
+
+    ledger = Ledger(path)
+    dog = Watchdog(path, ledger, ledger.flush, cfg=CFG)
+    cycle = await dog.cycle()
+    ledger.close()
+    orphans = [f for f in cycle.findings if f.kind == names.F_ORPHAN_TOOL_PROCESS]
+    assert [f.cgroup for f in orphans] == [call.cgroup]
+    assert [a.action for a in cycle.actions if a.finding.cgroup] == [f"cgroup.kill {call.cgroup}"]
+    for p in (bash, escapee):
+        assert not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    assert not Path(call.cgroup).exists()
 
 
 def test_watchdog_killed_mid_recovery_resumes_without_a_second_sigterm(

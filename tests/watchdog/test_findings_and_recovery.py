@@ -53,6 +53,68 @@ async def test_aborted_turn_with_a_live_term_ignoring_tree_is_reaped(
     assert reaped[0] >= len(tree)  # plus any short-lived member (a sleep) it caught
 
 
+async def test_a_decoy_carrying_a_copied_marker_is_never_signalled(
+    tmp_path: Path, procs: Procs
+) -> None:
+    """The marker is a candidate, never proof: a process a user started by hand with the same
+    ``TURNWATCH_CALL`` value, outside the recorded group and tree, is named and left alone."""
+    path = tmp_path / "ledger.sqlite3"
+    marker = "decoy/decoy.c1"  # its own: other tests' trees carry the default one
+    tree = spawn_tree(procs, marker=marker)
+    rec = Recorder(path)
+    rec.runtime(session="decoy")
+    rec.aborted_turn(tree[0], session="decoy")
+    rec.close()
+    decoy = procs.spawn(
+        ["sleep", "300"], start_new_session=True, env={**os.environ, "TURNWATCH_CALL": marker}
+    )
+
+    dog, ledger = watchdog(path)
+    cycle = await dog.cycle()
+    ledger.close()
+
+    (action,) = cycle.actions
+    assert action.result == "ok", action
+    assert "1 marked process(es) outside it not signalled" in action.detail
+    assert decoy.status() != psutil.STATUS_ZOMBIE
+    assert procs.alive() == [decoy.pid]
+
+
+async def test_processes_a_finished_call_left_running_are_ended_by_record(
+    tmp_path: Path, procs: Procs
+) -> None:
+    """A dead runtime's call finished leaving two processes (pid and start time recorded)."""
+    path = tmp_path / "ledger.sqlite3"
+    left = [procs.spawn(["sleep", "300"], start_new_session=True) for _ in range(2)]
+    bystander = procs.spawn(["sleep", "300"], start_new_session=True)
+    dead = procs.spawn(["true"])
+    dead.wait()
+    rec = Recorder(path)
+    rec("runtime.started", attrs={"pid": dead.pid, "create_time": 1.0, "mode": "adr"})
+    rec.started_call(bystander.pid + 10_000_000, 1.0, ago=30)  # its own process is long gone
+    rec(
+        "tool.finished",
+        ago=29,
+        turn="s.t1",
+        call="s.c1",
+        tool="Bash",
+        attrs={
+            "outcome": "completed",
+            "status": "ok",
+            "lingering": [[p.pid, p.create_time()] for p in left],
+        },
+    )
+    rec.close()
+    assert kinds(path) == [names.F_ORPHAN_TOOL_PROCESS, names.F_PINNED_SESSION]
+
+    dog, ledger = watchdog(path)
+    await dog.cycle()
+    ledger.close()
+
+    assert procs.alive() == [bystander.pid]
+    assert kinds(path) == []
+
+
 async def test_a_reused_pid_is_not_signalled(tmp_path: Path, procs: Procs) -> None:
     path = tmp_path / "ledger.sqlite3"
     (other,) = spawn_tree(procs)[:1]

@@ -124,9 +124,7 @@ class LocalHost:
             return HostResult(
                 HostStatus.ERROR, error=f"unknown tool {request.tool!r}; tools: {known}"
             )
-        ctx = ToolContext(
-            request, notify, asyncio.get_running_loop(), containers=self.containers
-        )
+        ctx = ToolContext(request, notify, asyncio.get_running_loop(), containers=self.containers)
         self._inflight[key] = ctx
         try:
             return await fn(ctx)

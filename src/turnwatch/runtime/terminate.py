@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -192,13 +192,18 @@ class CgroupTarget:
 
 
 async def terminate(
-    target: Target, grace_s: float, *, kill_wait_s: float = KILL_WAIT_S, seen: Iterable[int] = ()
+    target: Target, grace_s: float, *, kill_wait_s: float = KILL_WAIT_S, term: bool = True
 ) -> Ended:
-    """SIGTERM every member, wait up to ``grace_s`` for all to go, then SIGKILL the rest."""
-    first = set(seen) | set(target.members())
+    """SIGTERM every member, wait up to ``grace_s`` for all to go, then SIGKILL the rest.
+
+    ``term=False`` skips the SIGTERM: a termination resumed after its SIGTERM went out (the
+    watchdog's journal) only waits out the rest of the window.
+    """
+    first = set(target.members())
     if not first:
         return Ended([], [], "none")
-    target.signal(signal.SIGTERM)
+    if term:
+        target.signal(signal.SIGTERM)
     if await target.wait_gone(grace_s):
         return Ended(sorted(first), [], "SIGTERM")
     target.kill()

@@ -10,23 +10,25 @@ without doing anything twice.
 from __future__ import annotations
 
 import asyncio
-import signal
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from turnwatch import names
+from turnwatch.runtime import terminate
+from turnwatch.runtime.cgroup import CallCgroup
 from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.tracing import codec, view
 from turnwatch.watchdog import control_client
 from turnwatch.watchdog.procs import ProcessTable
 from turnwatch.watchdog.scan import Finding
-from turnwatch.watchdog.signals import Guard, Target, members
+from turnwatch.watchdog.signals import Guard, Target, candidates, members
 
-POLL_S = 0.02
+#: How long after SIGKILL (or cgroup.kill) recovery waits to see every target gone.
+KILL_WAIT_S = 2.0
 HANDLERS = "run the policy handlers (the runtime is gone)"
 
 
@@ -139,7 +141,10 @@ class Recoverer:
             cf = Finding(
                 f.kind, f.session, c.turn, c.call, c.tool, c.pid, c.create_time, policy=c.policy
             )
-            if c.policy == "grace" and c.pid is not None and c.create_time is not None:
+            cf = replace(cf, cgroup=c.cgroup, lingering=tuple(c.lingering))
+            if c.policy == "grace" and (
+                c.cgroup is not None or (c.pid is not None and c.create_time is not None)
+            ):
                 await self._terminate(cf)
                 self.record(names.TOOL_FINISHED, cf, outcome="aborted", settled_by="watchdog")
             elif c.policy == "race":
@@ -187,33 +192,43 @@ class Recoverer:
         return None
 
     async def _terminate(self, f: Finding) -> Action:
-        assert f.pid is not None
-        assert f.create_time is not None
-        leader = Target(f.pid, f.create_time)
-        marker = f"{f.session}/{f.call}" if f.call else None
+        if f.cgroup is not None:
+            return await self._kill_cgroup(f, f.cgroup)
         table = ProcessTable.scan()
-        targets = members(leader, marker, table)
-        how = f"terminate pid {f.pid} and {max(len(targets) - 1, 0)} more"
+        if f.lingering:  # what a finished call left running, recorded pid by pid
+            targets = [Target(p, ct) for p, ct in f.lingering if table.alive(p, ct)]
+            how = f"terminate {len(targets)} process(es) {f.tool} left running"
+            first = targets[0].pid if targets else None
+        else:
+            assert f.pid is not None
+            assert f.create_time is not None
+            targets = members(Target(f.pid, f.create_time), table)
+            how = f"terminate pid {f.pid} and {max(len(targets) - 1, 0)} more"
+            first = f.pid
+        # A copied marker proves nothing: such processes are named, never signalled.
+        marked = candidates(f"{f.session}/{f.call}", table, targets) if f.call else []
+        note = f"; {len(marked)} marked process(es) outside it not signalled" if marked else ""
         if not targets:
-            return Action(f, how, "skipped", "already gone")
+            return Action(f, how, "skipped", "already gone" + note)
         # Judged on this scan; each signal is judged again through its own pidfd when sent.
         refused = [t.pid for t in targets if self.guard.refuse(t, table.get(t.pid))]
-        if leader.pid in refused:
+        if first in refused:
             if not self.dry_run:  # counted (recoveries{result="refused"}) and reported
                 self.record(
                     names.WATCHDOG_RECOVERED,
                     f,
                     result="refused",
                     action=how,
-                    pid=f.pid,
+                    pid=first,
                     refused=refused,
                 )
-            return Action(f, how, "refused", f"pid {f.pid} fails the identity checks")
+            return Action(f, how, "refused", f"pid {first} fails the identity checks")
         targets = [t for t in targets if t.pid not in refused]
         if self.dry_run:
-            return Action(f, how, "dry_run", f"SIGTERM, SIGKILL after {self.grace_s:g} s")
+            return Action(f, how, "dry_run", f"SIGTERM, SIGKILL after {self.grace_s:g} s" + note)
         kill_at = self._journal(f)
-        if kill_at is None:  # not begun before: SIGTERM now, and say so first
+        resumed = kill_at is not None
+        if kill_at is None:  # not begun before: say so first, then SIGTERM
             kill_at = time.time() + self.grace_s
             self.record(
                 names.WATCHDOG_RECOVERED,
@@ -224,38 +239,64 @@ class Recoverer:
                 create_time=f.create_time,
                 kill_at=kill_at,
             )
-            for t in targets:
-                self.guard.send(t, signal.SIGTERM)
-        alive = await self._wait_gone(targets, kill_at)
-        for t in alive:
-            self.guard.send(t, signal.SIGKILL)
-        alive = await self._wait_gone(alive, time.time() + 2.0)
+        fds = terminate.Pidfds(
+            {t.pid: t.create_time for t in targets},
+            refuse=lambda pid, ct, seen: self.guard.refuse(Target(pid, ct), seen),
+        )
+        try:
+            ended = await terminate.terminate(
+                fds, max(kill_at - time.time(), 0.0), kill_wait_s=KILL_WAIT_S, term=not resumed
+            )
+        finally:
+            fds.close()
         for t in targets:
-            if t not in alive:
+            if t.pid in ended.gone:
                 self.record(
-                    names.PROCESS_REAPED,
-                    f,
-                    pid=t.pid,
-                    create_time=t.create_time,
-                    signal="SIGKILL" if time.time() >= kill_at else "SIGTERM",
+                    names.PROCESS_REAPED, f, pid=t.pid, create_time=t.create_time, signal=ended.by
                 )
-        result = "ok" if not alive else "failed"
+        return self._finished(f, how, ended, refused, note)
+
+    async def _kill_cgroup(self, f: Finding, path: str) -> Action:
+        """End a call's cgroup: membership proves every process in it is the call's."""
+        how = f"cgroup.kill {path}"
+        cg = CallCgroup.at(path)
+        if cg is None:
+            return self._refuse(f, how, f"{path} is not a cgroup turnwatch made for a call")
+        if any(cg.holds(pid) for pid in self.guard.protected):
+            return self._refuse(f, how, f"{path} holds the watchdog or one of its ancestors")
+        found = cg.members()
+        if not found:
+            return Action(f, how, "skipped", "already empty")
+        if self.dry_run:
+            return Action(
+                f,
+                how,
+                "dry_run",
+                f"SIGTERM {len(found)} member(s), cgroup.kill after {self.grace_s:g} s",
+            )
+        ended = await terminate.terminate(
+            terminate.CgroupTarget(cg), self.grace_s, kill_wait_s=KILL_WAIT_S
+        )
+        if not ended.alive:
+            cg.remove()
+        self.record(names.PROCESS_REAPED, f, pids=ended.gone, signal=ended.by, cgroup=path)
+        return self._finished(f, how, ended, [], "")
+
+    def _refuse(self, f: Finding, how: str, why: str) -> Action:
+        if not self.dry_run:
+            self.record(names.WATCHDOG_RECOVERED, f, result="refused", action=how, error=why)
+        return Action(f, how, "refused", why)
+
+    def _finished(
+        self, f: Finding, how: str, ended: terminate.Ended, refused: list[int], note: str
+    ) -> Action:
+        result = "ok" if not ended.alive else "failed"
         self.record(
             names.WATCHDOG_RECOVERED,
             f,
             result=result,
             action=how,
-            survivors=[t.pid for t in alive],
+            survivors=ended.alive,
             refused=refused,
         )
-        return Action(f, how, result, f"{len(targets) - len(alive)} gone, {len(alive)} left")
-
-    async def _wait_gone(self, targets: list[Target], deadline: float) -> list[Target]:
-        alive = targets
-        while alive:
-            table = ProcessTable.scan({t.pid for t in alive})
-            alive = [t for t in alive if table.alive(t.pid, t.create_time)]
-            if not alive or time.time() >= deadline:
-                break
-            await asyncio.sleep(POLL_S)  # not our children: polling is the only way to see them go
-        return alive
+        return Action(f, how, result, f"{len(ended.gone)} gone, {len(ended.alive)} left" + note)

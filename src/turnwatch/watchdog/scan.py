@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from turnwatch import names
+from turnwatch.runtime import cgroup
 from turnwatch.runtime.runtime import DEFAULT_GRACE_S
 from turnwatch.tracing import view
 from turnwatch.tracing.view import CallView, SessionView, Thresholds
@@ -57,6 +59,8 @@ class Finding:
     detail: str = ""
     action: str = "report"
     policy: str | None = None  # the call's policy: only ``grace`` calls are ever signalled
+    cgroup: str | None = None  # the call's cgroup: its membership is the proof, cgroup.kill the end
+    lingering: tuple[tuple[int, float], ...] = ()  # processes the call left running (pid, start)
 
     @property
     def key(self) -> tuple[str, str, str | None, int | None]:
@@ -74,6 +78,7 @@ class Finding:
             "since": self.since,
             "detail": self.detail,
             "action": self.action,
+            "cgroup": self.cgroup,
         }
 
 
@@ -96,7 +101,19 @@ def _about(
 ) -> Finding:
     """A finding about one recorded call."""
     return Finding(
-        kind, session, c.turn, c.call, c.tool, c.pid, c.create_time, since, detail, action, c.policy
+        kind,
+        session,
+        c.turn,
+        c.call,
+        c.tool,
+        c.pid,
+        c.create_time,
+        since,
+        detail,
+        action,
+        c.policy,
+        c.cgroup,
+        tuple(c.lingering),
     )
 
 
@@ -138,8 +155,8 @@ def scan(
         else {}
     )
     for session, c in candidates:
-        if not table.alive(c.pid, c.create_time):
-            continue
+        if c.cgroup is not None or not table.alive(c.pid, c.create_time):
+            continue  # a cgroup call is judged by its cgroup, below
         rpid, rct = runtimes.get(session, (None, None))
         signalable = c.policy == "grace"  # mutating/extension processes are never signalled
         if rpid is not None and not table.alive(rpid, rct):
@@ -166,6 +183,7 @@ def scan(
                     "terminate",
                 )
             )
+    out += _outliving(conn, cfg, now, table)
     for r in conn.execute("SELECT * FROM sessions WHERE processing = 1"):
         state, since = view.judge(r, now, cfg)
         rpid = r["runtime_pid"]
@@ -246,6 +264,47 @@ def scan(
                 )
             )
     return ScanResult(out, table, time.perf_counter() - started)
+
+
+def _outliving(
+    conn: sqlite3.Connection, cfg: Config, now: float, table: ProcessTable
+) -> list[Finding]:
+    """Calls whose processes outlive the stop: a populated cgroup, or lingering processes."""
+    out: list[Finding] = []
+    for r in conn.execute(
+        "SELECT c.*, s.stop_ts AS s_stop, s.turn AS s_turn, s.runtime_pid AS s_rpid, "
+        "s.runtime_create_time AS s_rct FROM calls c JOIN sessions s ON c.session = s.session "
+        "WHERE c.procs_live = 1 AND (c.cgroup IS NOT NULL OR c.lingering IS NOT NULL)"
+    ):
+        c = view.call_view(r)
+        if c.policy != "grace":
+            continue  # mutating/extension processes are never signalled (await_overdue says so)
+        if c.cgroup is not None:
+            seen = [table.get(p) for p in cgroup.read_members(Path(c.cgroup))]
+            live = [(p.pid, p.create_time) for p in seen if p is not None and not p.zombie]
+            what = f"cgroup {c.cgroup} holds {len(live)} process(es)"
+        else:
+            live = [(p, ct) for p, ct in c.lingering if table.alive(p, ct)]
+            what = f"{len(live)} process(es) it left running live"
+        if not live:
+            continue
+        stopped = c.abort_ts or (r["s_stop"] if r["s_turn"] == c.turn else None)
+        action = "cgroup.kill" if c.cgroup is not None else "terminate"
+        if r["s_rpid"] is not None and not table.alive(r["s_rpid"], r["s_rct"]):
+            kind, why = names.F_ORPHAN_TOOL_PROCESS, f"its runtime pid {r['s_rpid']} is gone"
+        elif stopped is not None and _age(now, stopped) > cfg.past_grace_s:
+            # The recorded process itself: as in process-group mode; what it left: orphans.
+            leader = table.alive(c.pid, c.create_time)
+            kind = names.F_ABORTED_WITH_LIVE_PROCESS if leader else names.F_ORPHAN_TOOL_PROCESS
+            why = f"{_age(now, stopped) - cfg.grace_s:.0f} s after the grace window"
+        else:
+            continue
+        since = stopped or c.started_ts
+        f = _about(kind, r["session"], c, since, f"{c.tool}: {what}; {why}", action)
+        if not table.alive(c.pid, c.create_time):  # name a process that does live
+            f = replace(f, pid=live[0][0], create_time=live[0][1])
+        out.append(f)
+    return out
 
 
 def annotate_findings(

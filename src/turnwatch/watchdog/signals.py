@@ -1,6 +1,8 @@
 """Signalling only what we can prove is the recorded process (invariant 5).
 
-Every signal goes through a pidfd opened first and verified second: once the pidfd is open it
+A recorded process is proven by its pid *and* start time, a cgroup's member by its membership; a
+call's environment marker proves nothing (it can be copied). Every signal goes through a pidfd
+opened first and verified second: once the pidfd is open it
 names one process for good, so a start time read afterwards that matches the record proves the
 pidfd is the recorded process, and the signal cannot reach a reused pid. Never pid <= 1, never
 this process or its ancestors, never our own process group or session, never another user's.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from turnwatch.runtime.procfs import environ_has, identity, signal_verified
@@ -38,6 +41,11 @@ class Guard:
         self._pgrp = os.getpgrp()
         self._sid = os.getsid(0)
         self._uid = os.getuid()
+
+    @property
+    def protected(self) -> set[int]:
+        """This process and its ancestors: never signalled, never in a cgroup we kill."""
+        return set(self._ancestors) | {self.me}
 
     def refuse(self, target: Target, seen: Proc | None) -> str | None:
         """Why ``target`` must not be signalled, or None if it may be."""
@@ -71,8 +79,12 @@ class Guard:
         )
 
 
-def members(leader: Target, marker: str | None, table: ProcessTable) -> list[Target]:
-    """The recorded process, its process group, its descendants, and marked escapees."""
+def members(leader: Target, table: ProcessTable) -> list[Target]:
+    """The recorded process, its process group and its descendants: what the record proves.
+
+    Only while the leader itself is alive with its recorded start time: then its group id and
+    its children are still its own.
+    """
     lead = table.get(leader.pid)
     if lead is None or not procs.same_start(lead.create_time, leader.create_time):
         return []
@@ -80,10 +92,19 @@ def members(leader: Target, marker: str | None, table: ProcessTable) -> list[Tar
     # Same group (the group id is the leader's pid: process tools run in their own session).
     found.update((p.pid, p) for p in table.procs.values() if p.pgrp == leader.pid)
     found.update((p.pid, p) for p in table.descendants(leader.pid))
-    if marker:
-        uid = os.getuid()
-        for p in table.procs.values():
-            if p.pid not in found and p.uid == uid and environ_has(p.pid, CALL_MARKER, marker):
-                found[p.pid] = p
-                found.update((d.pid, d) for d in table.descendants(p.pid))
     return [Target(p.pid, p.create_time) for p in found.values() if not p.zombie]
+
+
+def candidates(marker: str, table: ProcessTable, proven: Iterable[Target]) -> list[int]:
+    """Processes carrying the call's marker outside what the record proves: a marker can be
+    copied (a user's shell, ``env``), so these are reported, never signalled."""
+    uid = os.getuid()
+    known = {t.pid for t in proven}
+    return [
+        p.pid
+        for p in table.procs.values()
+        if p.pid not in known
+        and p.uid == uid
+        and not p.zombie
+        and environ_has(p.pid, CALL_MARKER, marker)
+    ]
