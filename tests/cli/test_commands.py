@@ -222,3 +222,32 @@ def test_help_does_not_import_heavy_modules() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ}
     )
     assert out.stdout.strip() == "False"
+
+
+async def test_sessions_and_explain_show_containment_and_what_a_call_left_running(
+    tmp_path: Path, procs: Procs
+) -> None:
+    from turnwatch.runtime import LocalHost, Runtime
+    from turnwatch.tracing.ledger import Ledger
+
+    db = tmp_path / "ledger.sqlite3"
+    sink = Ledger(db)
+    host = LocalHost()
+    rt = Runtime(host, grace_s=0.5, sink=sink)
+    turn = rt.start_turn("bg")
+    call = turn.request("Bash", {"command": "sleep 300 >/dev/null 2>&1 & echo $!"})
+    child = procs.track(int((await call.result()).output.split()[0]))
+    await turn.finish()
+    sink.close()
+
+    listed = runner.invoke(app, ["sessions", "--json", "--ledger", str(db)])
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.stdout)
+    assert row["live_processes"] == 1
+    (c,) = row["calls"]
+    assert c["containment"] == host.containment
+    assert c["lingering"] == [child.pid]
+    shown = runner.invoke(app, ["explain", "bg", "--ledger", str(db)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert {"cgroup": "cgroup", "process_group": "group"}[host.containment] in shown.stdout
+    child.kill()

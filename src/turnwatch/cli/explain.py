@@ -45,6 +45,7 @@ class ToolRow:
     abort: float | None  # tools.abort sent
     end: float | None  # released (None: still held)
     pid: int | None = None
+    containment: str | None = None  # cgroup or process_group (tool.started)
 
 
 @dataclass
@@ -107,6 +108,7 @@ def build(
             continue
         if e.kind == names.TOOL_STARTED:
             r.start, r.pid = off, e.attrs.get("pid")
+            r.containment = e.attrs.get("containment")
         elif e.kind == names.TOOLS_ABORT_SENT:
             r.abort = off
         elif e.kind in _RELEASES and r.end is None:
@@ -125,6 +127,10 @@ def build(
             and ex.state != names.STATE_IDLE
         ]
     return ex
+
+
+#: How a process call's processes were kept together, in a few letters.
+_KEPT = {"cgroup": "cgroup", "process_group": "group"}
 
 
 def _detail(e: Event) -> str:
@@ -148,6 +154,8 @@ def _reason(f: Finding, now: float, cfg: Config) -> str:
             f"{f.tool} pid {f.pid} still alive {_ago(late)} after the grace window; "
             "it ignores SIGTERM"
         )
+    if f.cgroup is not None or f.lingering:
+        return f"{f.detail} ({f.action})"
     if f.kind == names.F_ORPHAN_TOOL_PROCESS:
         return f"{f.tool} pid {f.pid} outlived its runtime, which is gone"
     if f.kind == names.F_PINNED_SESSION:
@@ -194,7 +202,7 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
     for off, label, detail in ex.steps:
         steps.add_row(f"+{seconds(off)}", label, Text(detail, style="dim"))
     wf = Table(box=None, show_header=True, pad_edge=False)
-    for col in ("tool", "class", "policy", "outcome", "released"):
+    for col in ("tool", "class", "policy", "kept", "outcome", "released"):
         wf.add_column(col, no_wrap=True)
     wf.add_column("░ unaware of the stop  █ stopping", no_wrap=True, min_width=BAR_WIDTH)
     for t in ex.tools:
@@ -202,6 +210,7 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
             t.tool,
             t.tool_class,
             t.policy,
+            _KEPT.get(t.containment or "", "-"),
             t.outcome,
             f"+{seconds(t.end)}" if t.end is not None else "[bold red]still held[/]",
             _bar(t, total),

@@ -90,7 +90,7 @@ def sessions_table(console: Console, rows: list[SessionView]) -> None:
         console.print("no sessions in this ledger")
         return
     table = Table(title_justify="left")
-    for col in ("session", "state", "turn", "since", "mode", "findings"):
+    for col in ("session", "state", "turn", "since", "mode", "live", "findings"):
         table.add_column(col)
     for r in rows:
         style = _STATE_STYLE.get(r.state, "")
@@ -100,6 +100,7 @@ def sessions_table(console: Console, rows: list[SessionView]) -> None:
             r.turn or "-",
             ago(r.since),
             r.mode or "unknown",
+            str(r.live_processes) if r.live_processes else "-",
             ", ".join(r.findings) or "-",
         )
     console.print(table)

@@ -80,6 +80,9 @@ class SessionView:
     last_ts: float | None
     calls: list[CallView] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    #: Live processes of the current turn's calls: in their cgroups, or left running by a call
+    #: that finished. Filled in by the watchdog's look at /proc (``annotate_findings``).
+    live_processes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +91,7 @@ class SessionView:
             "turn": self.turn,
             "since": self.since,
             "findings": list(self.findings),
+            "live_processes": self.live_processes,
             "mode": self.mode,
             "runtime_pid": self.runtime_pid,
             "stop_ts": self.stop_ts,

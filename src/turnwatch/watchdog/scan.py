@@ -279,12 +279,10 @@ def _outliving(
         c = view.call_view(r)
         if c.policy != "grace":
             continue  # mutating/extension processes are never signalled (await_overdue says so)
+        live = _left_alive(c, table)
         if c.cgroup is not None:
-            seen = [table.get(p) for p in cgroup.read_members(Path(c.cgroup))]
-            live = [(p.pid, p.create_time) for p in seen if p is not None and not p.zombie]
             what = f"cgroup {c.cgroup} holds {len(live)} process(es)"
         else:
-            live = [(p, ct) for p, ct in c.lingering if table.alive(p, ct)]
             what = f"{len(live)} process(es) it left running live"
         if not live:
             continue
@@ -307,6 +305,16 @@ def _outliving(
     return out
 
 
+def _left_alive(c: CallView, table: ProcessTable) -> list[tuple[int, float]]:
+    """The call's processes alive now: its cgroup's members, or what it left running."""
+    if not c.procs_live:
+        return []
+    if c.cgroup is not None:
+        seen = [table.get(p) for p in cgroup.read_members(Path(c.cgroup))]
+        return [(p.pid, p.create_time) for p in seen if p is not None and not p.zombie]
+    return [(p, ct) for p, ct in c.lingering if table.alive(p, ct)]
+
+
 def annotate_findings(
     conn: sqlite3.Connection, *, cfg: Config = DEFAULT_CONFIG, now: float | None = None
 ) -> list[SessionView]:
@@ -314,7 +322,11 @@ def annotate_findings(
     now = time.time() if now is None else now
     rows = view.sessions(conn, now=now, th=cfg)
     by = {r.session: r for r in rows}
-    for f in scan(conn, cfg=cfg, now=now).findings:
+    result = scan(conn, cfg=cfg, now=now)
+    assert result.table is not None
+    for r in rows:
+        r.live_processes = sum(len(_left_alive(c, result.table)) for c in r.calls)
+    for f in result.findings:
         row = by.get(f.session)
         if row is None:
             continue
