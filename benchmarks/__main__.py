@@ -9,7 +9,7 @@ import os
 import platform
 from pathlib import Path
 
-from benchmarks import instructions, modes, stops, tracing, watchdog
+from benchmarks import containment, instructions, modes, stops, tracing, watchdog
 
 
 def main() -> None:
@@ -17,7 +17,14 @@ def main() -> None:
         f"_Measured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, with `make bench`._\n"
     ]
-    for section in (modes.main, stops.main, tracing.main, watchdog.main, instructions.main):
+    for section in (
+        modes.main,
+        stops.main,
+        containment.main,
+        tracing.main,
+        watchdog.main,
+        instructions.main,
+    ):
         # Each section starts with no garbage of the one before: a full collection of another
         # section's cycles would otherwise land in, say, one of the timed abort walks.
         gc.collect()

@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import os
 import select
+import shlex
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from pathlib import Path
 _ENTER = 'echo $$ > "$0" || exit 125; exec "$@"'
 #: Exit status of the wrapper when the move failed: the tool never ran.
 ENTER_FAILED = 125
+#: Shells whose ``-c`` script can enter the cgroup itself, saving the wrapper's exec.
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
 #: Prefix of every cgroup turnwatch creates; the watchdog refuses to kill any other.
 PREFIX = "turnwatch-"
 #: Call cgroups are numbered per process: every host of this process shares the parent.
@@ -193,8 +196,17 @@ class CallCgroup:
         return cgroup_of(pid) == self.hierarchy_path
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` started so that it enters this cgroup before it execs."""
-        return ["/bin/sh", "-c", _ENTER, str(self.path / "cgroup.procs"), *argv]
+        """``argv`` started so that it enters this cgroup before it execs.
+
+        A shell script (``bash -c SCRIPT``, Bash's own form) moves itself in its first line,
+        before any command of the script can fork; anything else goes through a one-line
+        ``sh`` that moves itself and execs it, which costs one more exec.
+        """
+        procs = str(self.path / "cgroup.procs")
+        if len(argv) >= 3 and os.path.basename(argv[0]) in _SHELLS and argv[1] == "-c":
+            first = f"echo $$ > {shlex.quote(procs)} || exit {ENTER_FAILED}\n"
+            return [argv[0], "-c", first + argv[2], *argv[3:]]
+        return ["/bin/sh", "-c", _ENTER, procs, *argv]
 
     def members(self) -> list[int]:
         return read_members(self.path)
