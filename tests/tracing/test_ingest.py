@@ -19,7 +19,14 @@ from tests.streams import four_states, line, write
 from turnwatch import names
 from turnwatch.cli.app import app
 from turnwatch.runtime import MemorySink
-from turnwatch.tracing.ingest import MAX_LINE_BYTES, ingest, parse_line, schema, validator
+from turnwatch.tracing.ingest import (
+    MAX_LINE_BYTES,
+    BadLine,
+    ingest,
+    parse_line,
+    schema,
+    validator,
+)
 from turnwatch.tracing.ledger import connect
 
 runner = CliRunner()
@@ -67,6 +74,27 @@ def test_a_ten_megabyte_line_is_rejected_without_losing_neighbours() -> None:
     report = ingest(stream, sink)
     assert report.good == 2
     assert [b.lineno for b in report.bad] == [2]
+
+
+def test_process_attributes_are_checked_like_the_rest() -> None:
+    def finished(attrs: str) -> bytes:
+        return (
+            b'{"ts": 1, "kind": "tool.finished", "session": "s", "turn": "t", "call": "c", '
+            b'"tool": "Bash", "attrs": ' + attrs.encode() + b"}"
+        )
+
+    good = parse_line(finished('{"lingering": [[42, 1.5]], "containment": "cgroup"}'), 1)
+    assert not isinstance(good, BadLine)
+    assert good is not None
+    assert good.attrs["lingering"] == [[42, 1.5]]
+    for attrs, why in (
+        ('{"lingering": [["x", 1.5]]}', "lingering[0][0] must be integer"),
+        ('{"lingering": [[42]]}', "lingering[0] must contain at least 2 items"),
+        ('{"containment": "jail"}', "containment must be one of"),
+    ):
+        bad = parse_line(finished(attrs), 7)
+        assert isinstance(bad, BadLine), attrs
+        assert why in bad.reason, bad.reason
 
 
 def test_reingesting_the_same_file_adds_nothing(tmp_path: Path) -> None:
