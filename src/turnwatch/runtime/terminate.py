@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -67,7 +68,9 @@ class Ended:
 class Pidfds:
     """Processes held by verified pidfds; exits observed by the event loop."""
 
-    def __init__(self, members: Mapping[int, float] = {}, refuse: Refuse | None = None) -> None:
+    def __init__(
+        self, members: Mapping[int, float] | None = None, refuse: Refuse | None = None
+    ) -> None:
         self.refuse = refuse or _same_process
         #: pid -> (pidfd, start time), for members proven and not yet seen gone.
         self.fds: dict[int, tuple[int, float]] = {}
@@ -75,7 +78,7 @@ class Pidfds:
         self.refused: dict[int, str] = {}
         #: Every pid ever held: the ``gone`` of :func:`terminate` is these minus the alive ones.
         self.seen: set[int] = set()
-        self.add(members)
+        self.add(members or {})
 
     def add(self, members: Mapping[int, float]) -> None:
         """Open and verify pidfds for members not held yet."""
@@ -147,8 +150,6 @@ class Pidfds:
 
 
 def _readable(fd: int) -> bool:
-    import select
-
     return bool(select.select([fd], [], [], 0)[0])
 
 

@@ -1,10 +1,12 @@
-"""Process-backed tools: Bash and GenerateImages, each in its own process group.
+"""Process-backed tools: Bash and GenerateImages, each in a cgroup or a process group of its own.
 
-On ``tools.abort``: SIGTERM to the group and to a snapshot of the tree; output is collected until
-the process ends or the window ends, a hard cap that output never extends; then SIGKILL for
-everything left. The pipe drain is capped too, so a grandchild holding the pipe open cannot hold
-the settlement. The process is watched through a pidfd, so its group id stays ours (the zombie is
-not reaped) until the last group signal went out.
+On ``tools.abort``: SIGTERM to every process of the call (its cgroup's members; or its group, its
+tree and the orphans adopted with its marker), output collected until all are gone or the window
+ends, a hard cap that output never extends; then ``cgroup.kill`` or SIGKILL for everything left
+(:mod:`turnwatch.runtime.tools.containment`, :func:`turnwatch.runtime.terminate.terminate`). The
+pipe drain is capped, so a child holding the pipe open cannot hold the settlement. The
+first process is watched through a pidfd, so its group id stays ours (the zombie is not reaped)
+until the last group signal went out.
 """
 
 from __future__ import annotations
@@ -173,7 +175,8 @@ async def run_process(
             data["lingering"] = [[pid, ct] for pid, ct in sorted(left.members().items())]
             box.linger(ctx.request, left, cgroup)
             lingering = True
-        if code == ENTER_FAILED and cgroup is not None:
+        if code == ENTER_FAILED and cgroup is not None and "cgroup.procs" in pipes.text:
+            # The shell's own complaint about the move (a script may exit 125 by itself).
             return HostResult(
                 HostStatus.ERROR, pipes.text, data=data, error="could not enter the call's cgroup"
             )
