@@ -20,7 +20,7 @@ from turnwatch import names
 from turnwatch.runtime import LocalHost, Mode, Runtime
 from turnwatch.tracing import view
 from turnwatch.tracing.ledger import Ledger, connect
-from turnwatch.watchdog.loop import Watchdog
+from turnwatch.watchdog.loop import Cycle, Watchdog
 from turnwatch.watchdog.scan import Config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +95,19 @@ def spawn_runtime(
     return proc
 
 
+async def runtime_dies_then_one_cycle(path: Path, proc: subprocess.Popen[str]) -> Cycle:
+    """The runtime is SIGKILLed mid-turn; then one watchdog cycle over its ledger."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
+    ledger = Ledger(path)
+    try:
+        return await Watchdog(path, ledger, ledger.flush, cfg=CFG).cycle()
+    finally:
+        ledger.close()
+
+
 @pytest.fixture
 def far_runtime(tmp_path: Path, procs: Procs) -> Iterator[tuple[Path, Path, subprocess.Popen[str]]]:
     fifo = tmp_path / "far.fifo"
@@ -148,19 +161,13 @@ async def test_runtime_killed_mid_turn_leaves_an_orphan_that_is_reaped(
     wait_until(lambda: bash.children(), what="the child sleep")
     child = procs.track(bash.children()[0].pid)
 
-    os.kill(proc.pid, signal.SIGKILL)  # the runtime dies mid-turn
-    proc.wait()
-    proc.stdout.close()
+    cycle = await runtime_dies_then_one_cycle(path, proc)
 
-    ledger = Ledger(path)
-    dog = Watchdog(path, ledger, ledger.flush, cfg=CFG)
-    cycle = await dog.cycle()
     assert names.F_ORPHAN_TOOL_PROCESS in {f.kind for f in cycle.findings}
     assert not bash.is_running() or bash.status() == psutil.STATUS_ZOMBIE
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
     # The dead runtime's session was pinned "processing": the walk settled it, by the watchdog.
     assert names.F_PINNED_SESSION in {f.kind for f in cycle.findings}
-    ledger.close()
     assert state(path, "far") == "idle"
     conn = connect(path, readonly=True)
     settled = conn.execute("SELECT attrs_json FROM events WHERE kind='turn.settled'").fetchall()
@@ -191,14 +198,8 @@ async def test_a_dead_runtimes_call_cgroup_is_killed_whole(tmp_path: Path, procs
     escapee = procs.track(int(pidfile.read_text()))
     assert str(escapee.pid) in (Path(call.cgroup) / "cgroup.procs").read_text().split()
 
-    os.kill(proc.pid, signal.SIGKILL)  # the runtime dies mid-turn
-    proc.wait()
-    proc.stdout.close()
+    cycle = await runtime_dies_then_one_cycle(path, proc)
 
-    ledger = Ledger(path)
-    dog = Watchdog(path, ledger, ledger.flush, cfg=CFG)
-    cycle = await dog.cycle()
-    ledger.close()
     orphans = [f for f in cycle.findings if f.kind == names.F_ORPHAN_TOOL_PROCESS]
     assert [f.cgroup for f in orphans] == [call.cgroup]
     assert [a.action for a in cycle.actions if a.finding.cgroup] == [f"cgroup.kill {call.cgroup}"]

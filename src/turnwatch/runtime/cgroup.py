@@ -52,23 +52,32 @@ def own_cgroup(
     try:
         with open(cgroup) as fh:
             inside = next((ln[3:].strip() for ln in fh if ln.startswith("0::")), None)
-        with open(mountinfo) as fh:
-            mounts = fh.read().splitlines()
     except OSError:
         return None
     if inside is None or inside.endswith("(deleted)"):
         return None
-    for line in mounts:
-        head, _, tail = line.partition(" - ")
-        if not tail.startswith("cgroup2 "):
-            continue
-        fields = head.split()
-        root, point = _unescape(fields[3]), _unescape(fields[4])
+    for root, point in _cgroup2_mounts(mountinfo):
         rel = os.path.relpath(inside, root)
         if rel.startswith(".."):
             continue  # this mount shows another part of the hierarchy
         return Path(point) if rel == "." else Path(point) / rel
     return None
+
+
+def _cgroup2_mounts(mountinfo: str) -> list[tuple[str, str]]:
+    """``(root inside the hierarchy, mount point)`` of every cgroup2 mount (fstype after " - ")."""
+    try:
+        with open(mountinfo) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        head, _, tail = line.partition(" - ")
+        if tail.startswith("cgroup2 "):
+            fields = head.split()
+            out.append((_unescape(fields[3]), _unescape(fields[4])))
+    return out
 
 
 def _unescape(field: str) -> str:
@@ -157,17 +166,7 @@ def hierarchy_path(path: Path, mountinfo: str = "/proc/self/mountinfo") -> str |
 
     None when ``path`` is not inside a cgroup2 mount: it is then no cgroup of ours to touch.
     """
-    try:
-        with open(mountinfo) as fh:
-            mounts = fh.read().splitlines()
-    except OSError:
-        return None
-    for line in mounts:
-        head, _, tail = line.partition(" - ")
-        if not tail.startswith("cgroup2 "):
-            continue
-        fields = head.split()
-        root, point = _unescape(fields[3]), _unescape(fields[4])
+    for root, point in _cgroup2_mounts(mountinfo):
         rel = os.path.relpath(path, point)
         if not rel.startswith("..") and rel != ".":
             return f"{root.rstrip('/')}/{rel}"
