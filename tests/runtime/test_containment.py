@@ -117,6 +117,9 @@ async def test_nothing_of_a_stopped_call_outlives_its_grace_window(
     )
     started = sink.of(names.TOOL_STARTED, call=call.call_id)[0]
     assert started.attrs["containment"] == mode
+    # The events name what the containment cannot catch: nothing, in a cgroup.
+    expected_holes = [] if mode == "cgroup" else ["setsid_and_env_scrubbed", "fork_after_last_scan"]
+    assert started.attrs.get("holes", []) == expected_holes
     procs.track(started.attrs["pid"])
     for pid in pids_in(output_of(sink, call.call_id)):
         procs.track(pid)

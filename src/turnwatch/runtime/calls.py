@@ -115,6 +115,8 @@ class Call:
                 attrs["containment"] = message.containment
             if message.cgroup is not None:
                 attrs["cgroup"] = message.cgroup
+            if message.holes:
+                attrs["holes"] = list(message.holes)
             self.emit(names.TOOL_STARTED, **attrs)
             return
         if self.abandoned or self.phase.terminal:

@@ -92,6 +92,8 @@ class Started:
     containment: str | None = None
     #: The call's cgroup directory, in ``cgroup`` containment.
     cgroup: str | None = None
+    #: What the containment cannot catch (``process_group`` mode names its known holes).
+    holes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from turnwatch.runtime import procfs, terminate
-from turnwatch.runtime.cgroup import CallCgroup, CgroupRoot, cgroup_of
+from turnwatch.runtime.cgroup import PREFIX, CallCgroup, CgroupRoot, cgroup_of
 from turnwatch.runtime.protocol import ExecuteRequest, Reaped, TurnAbortRequest
 from turnwatch.runtime.tools import proctree
 
@@ -38,6 +38,12 @@ class Containment(StrEnum):
 
     CGROUP = "cgroup"
     PROCESS_GROUP = "process_group"
+
+
+#: Process-group mode's known holes, as ``tool.started`` names them (README: Containment).
+HOLE_SETSID_AND_SCRUBBED = "setsid_and_env_scrubbed"  # left the group and dropped the marker
+HOLE_NO_SUBREAPER = "orphan_without_subreaper"  # orphans re-parent to init, out of sight
+HOLE_LATE_FORK = "fork_after_last_scan"  # forked between the last scan and SIGKILL
 
 
 class ContainmentError(RuntimeError):
@@ -130,6 +136,8 @@ class Containers:
     _lingering: dict[tuple[str, str], list[Lingering]] = field(default_factory=dict)
     #: Processes seen as a call's members that are not our own spawn: pid -> start time.
     _adoptable: dict[int, float] = field(default_factory=dict)
+    #: pidfds of adoptable members still alive: their exit triggers a sweep (an event, no timer).
+    _watched: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def create(cls, mode: str = "auto", *, subreaper: bool = True) -> Containers:
@@ -148,6 +156,14 @@ class Containers:
     @property
     def mode(self) -> Containment:
         return Containment.CGROUP if self.root is not None else Containment.PROCESS_GROUP
+
+    def holes(self, cgroup: CallCgroup | None) -> tuple[str, ...]:
+        """What a call contained this way may escape: nothing, in a cgroup."""
+        if cgroup is not None:
+            return ()
+        if self.subreaper:
+            return (HOLE_SETSID_AND_SCRUBBED, HOLE_LATE_FORK)
+        return (HOLE_SETSID_AND_SCRUBBED, HOLE_NO_SUBREAPER, HOLE_LATE_FORK)
 
     def new_cgroup(self) -> CallCgroup | None:
         return self.root.new() if self.root is not None else None
@@ -235,15 +251,42 @@ class Containers:
             if p is None or not p.zombie or p.ppid != me:
                 continue
             seen = self._adoptable.get(child)
-            ours = (self.root is not None and self.root.owns(cgroup_of(child))) or (
+            # Any call cgroup of this process (every host here shares turnwatch-<pid>/), so a
+            # zombie outliving the host that made it is still reaped by the next one.
+            cg = cgroup_of(child) or ""
+            ours = f"/{PREFIX}{me}/call-" in cg or (
                 seen is not None and procfs.same_start(seen, p.create_time)
             )
             if ours:
                 proctree.reap(child)
                 self._adoptable.pop(child, None)
-        # Forget members that are gone without ever becoming our zombie.
-        for pid in [p for p in self._adoptable if procfs.read(p) is None]:
-            del self._adoptable[pid]
+        for pid, ct in list(self._adoptable.items()):
+            p = procfs.read(pid)
+            if p is None or not procfs.same_start(p.create_time, ct):
+                del self._adoptable[pid]  # gone without ever becoming our zombie
+            elif not p.zombie:
+                self._watch(pid, ct)  # it may die, and re-parent here, after this sweep
+
+    def _watch(self, pid: int, create_time: float) -> None:
+        if pid in self._watched:
+            return
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return
+        p = procfs.read(pid)
+        if p is None or not procfs.same_start(p.create_time, create_time):
+            os.close(fd)
+            return
+        self._watched[pid] = fd
+        loop = asyncio.get_running_loop()
+
+        def exited() -> None:
+            loop.remove_reader(fd)
+            os.close(self._watched.pop(pid))
+            self.sweep()
+
+        loop.add_reader(fd, exited)
 
     def after_call(self) -> None:
         """A process call ended: reap what it orphaned here."""

@@ -152,6 +152,7 @@ async def run_process(
                     Containment.CGROUP if cgroup is not None else Containment.PROCESS_GROUP
                 ).value,
                 cgroup=str(cgroup.path) if cgroup is not None else None,
+                holes=box.holes(cgroup),
             )
         )
         if await _stopped_before(ctx, exited):
