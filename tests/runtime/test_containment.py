@@ -90,8 +90,18 @@ def host_for(mode: str, cgroups_available: bool) -> LocalHost:
     return host
 
 
+def runtime_in(mode: str, sink: MemorySink, cgroups_available: bool) -> Runtime:
+    return Runtime(host_for(mode, cgroups_available), grace_s=GRACE, sink=sink)
+
+
 def output_of(sink: MemorySink, call: str) -> str:
     return "".join(e.attrs.get("text", "") for e in sink.of(names.TOOL_PROGRESS, call=call))
+
+
+async def printed_pids(sink: MemorySink, call: str, count: int = 1) -> list[int]:
+    """The pids a call's script printed (``pid=N``), once it printed ``count`` of them."""
+    await until(lambda: len(pids_in(output_of(sink, call))) >= count, what=f"{count} pid(s)")
+    return pids_in(output_of(sink, call))
 
 
 def matrix() -> Iterator[object]:
@@ -108,20 +118,17 @@ async def test_nothing_of_a_stopped_call_outlives_its_grace_window(
     row: str, mode: str, sink: MemorySink, procs: Procs, cgroups_available: bool
 ) -> None:
     script, expected = ROWS[row]
-    runtime = Runtime(host_for(mode, cgroups_available), grace_s=GRACE, sink=sink)
+    runtime = runtime_in(mode, sink, cgroups_available)
     turn = runtime.start_turn("s")
     call = turn.request("Bash", {"command": script})
-    await until(
-        lambda: len(pids_in(output_of(sink, call.call_id))) == expected,
-        what=f"{expected} escapee pid(s)",
-    )
+    escapees = await printed_pids(sink, call.call_id, expected)
     started = sink.of(names.TOOL_STARTED, call=call.call_id)[0]
     assert started.attrs["containment"] == mode
     # The events name what the containment cannot catch: nothing, in a cgroup.
     expected_holes = [] if mode == "cgroup" else ["setsid_and_env_scrubbed", "fork_after_last_scan"]
     assert started.attrs.get("holes", []) == expected_holes
     procs.track(started.attrs["pid"])
-    for pid in pids_in(output_of(sink, call.call_id)):
+    for pid in escapees:
         procs.track(pid)
     if mode == "cgroup":
         cgroup = Path(started.attrs["cgroup"])
@@ -142,11 +149,10 @@ async def test_stop_after_the_leader_exits_while_a_child_holds_the_pipe(
     mode: str, sink: MemorySink, procs: Procs, cgroups_available: bool
 ) -> None:
     """The drained-pipe case: the stop lands after the first process exited, before release."""
-    runtime = Runtime(host_for(mode, cgroups_available), grace_s=GRACE, sink=sink)
+    runtime = runtime_in(mode, sink, cgroups_available)
     turn = runtime.start_turn("s")
     call = turn.request("Bash", {"command": "(sleep 1000 & echo pid=$!); sleep 0.3; exit 0"})
-    await until(lambda: pids_in(output_of(sink, call.call_id)), what="the child's pid")
-    child = procs.track(pids_in(output_of(sink, call.call_id))[0])
+    child = procs.track((await printed_pids(sink, call.call_id))[0])
     leader = procs.track(sink.of(names.TOOL_STARTED, call=call.call_id)[0].attrs["pid"])
     await until(
         lambda: not leader.is_running() or leader.status() == psutil.STATUS_ZOMBIE,
@@ -167,7 +173,7 @@ async def test_stop_after_the_leader_exits_while_a_child_holds_the_pipe(
 async def test_a_finished_call_records_what_it_left_running_and_the_stop_ends_it(
     mode: str, sink: MemorySink, procs: Procs, cgroups_available: bool
 ) -> None:
-    runtime = Runtime(host_for(mode, cgroups_available), grace_s=GRACE, sink=sink)
+    runtime = runtime_in(mode, sink, cgroups_available)
     turn = runtime.start_turn("s")
     script = "trap '' TERM; sleep 1000 >/dev/null 2>&1 & echo pid=$!"
     left = turn.request("Bash", {"command": script})
@@ -223,7 +229,7 @@ async def test_no_zombies_after_a_hundred_stops(
     mode: str, sink: MemorySink, cgroups_available: bool
 ) -> None:
     before = own_zombies()
-    runtime = Runtime(host_for(mode, cgroups_available), grace_s=GRACE, sink=sink)
+    runtime = runtime_in(mode, sink, cgroups_available)
     # Orphans re-parent to this process (the subreaper): the intermediate subshells exit.
     script = "(setsid sleep 1000 &); (sleep 1000 &); echo ready; sleep 1000"
     for i in range(100):

@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import Procs, wait_until
 from tests.watchdog.helpers import Recorder, aborted_tree, spawn_tree
 from turnwatch import names
+from turnwatch.runtime.terminate import Pidfds
 from turnwatch.tracing.ledger import Ledger, connect
 from turnwatch.watchdog.loop import Watchdog
 from turnwatch.watchdog.scan import Config, scan
@@ -129,8 +130,10 @@ async def test_a_reused_pid_is_not_signalled(tmp_path: Path, procs: Procs) -> No
     ledger.close()
     assert [f.kind for f in cycle.findings if f.pid] == []
     assert other.is_running()
-    guard = Guard()
-    assert guard.send(Target(other.pid, other.create_time() - 1000), 9) == "start_time_differs"
+    # Judged again through its pidfd, as recovery judges each target before signalling it.
+    fds = Pidfds({other.pid: other.create_time() - 1000}, refuse=Guard().check)
+    fds.kill()
+    assert fds.refused == {other.pid: "start_time_differs"}
     assert other.is_running()
 
 

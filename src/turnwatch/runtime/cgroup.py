@@ -37,6 +37,8 @@ ENTER_FAILED = 125
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
 #: Prefix of every cgroup turnwatch creates; the watchdog refuses to kill any other.
 PREFIX = "turnwatch-"
+#: A call's cgroup is ``<our cgroup>/turnwatch-<pid>/call-<n>``.
+_CALL = "call-"
 #: Call cgroups are numbered per process: every host of this process shares the parent.
 _SEQ = itertools.count(1)
 
@@ -161,6 +163,16 @@ async def wait_empty(path: Path, timeout: float) -> bool:
         os.close(fd)
 
 
+def is_call_cgroup(path: str | Path, owner: int | None = None) -> bool:
+    """Whether ``path`` (a directory, or a ``/proc/PID/cgroup`` path) names a call cgroup that
+    turnwatch made: of process ``owner`` when one is given, of any turnwatch process otherwise."""
+    p = Path(path)
+    parent = f"{PREFIX}{owner}" if owner is not None else None
+    return p.name.startswith(_CALL) and (
+        p.parent.name == parent if parent else p.parent.name.startswith(PREFIX)
+    )
+
+
 def hierarchy_path(path: Path, mountinfo: str = "/proc/self/mountinfo") -> str | None:
     """The path inside the hierarchy (as ``/proc/PID/cgroup`` names it) of a cgroup2 directory.
 
@@ -186,7 +198,7 @@ class CallCgroup:
         """A recorded call cgroup, if ``path`` is one turnwatch made inside a cgroup2 mount."""
         p = Path(path)
         inside = hierarchy_path(p)
-        if inside is None or not p.name.startswith("call-") or not p.parent.name.startswith(PREFIX):
+        if inside is None or not is_call_cgroup(p):
             return None
         return cls(p, inside)
 
@@ -267,7 +279,7 @@ class CgroupRoot:
 
     def new(self, name: str | None = None) -> CallCgroup | None:
         """A fresh empty cgroup for one call; None if it cannot be made."""
-        leaf = name or f"call-{next(_SEQ)}"
+        leaf = name or f"{_CALL}{next(_SEQ)}"
         path = self.path / leaf
         try:
             path.mkdir()
@@ -281,10 +293,6 @@ class CgroupRoot:
         except OSError:
             return None
         return CallCgroup(path, f"{self.hierarchy_path}/{leaf}")
-
-    def owns(self, hierarchy_path: str | None) -> bool:
-        """Whether a process whose ``/proc/PID/cgroup`` says this is one of our calls'."""
-        return hierarchy_path is not None and hierarchy_path.startswith(self.hierarchy_path + "/")
 
     def close(self) -> None:
         """Remove the parent if no call cgroup is left in it."""

@@ -1,16 +1,16 @@
 """Process identity from ``/proc``: a process is ``(pid, start time)``, never a pid alone.
 
 One listing of ``/proc`` builds a :class:`ProcessTable`; callers join their candidates against it
-instead of asking about each pid. :func:`signal_verified` signals through a pidfd opened first and
-verified second, so a signal can never reach a process that reused a recorded pid.
+instead of asking about each pid. Signals go through verified pidfds
+(:class:`turnwatch.runtime.terminate.Pidfds`), so one can never reach a process that reused a
+recorded pid.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -168,35 +168,3 @@ def identity(seen: Proc | None, create_time: float) -> str | None:
     if not same_start(seen.create_time, create_time):
         return "start_time_differs"
     return None
-
-
-def signal_verified(
-    pid: int,
-    create_time: float,
-    sig: int,
-    refuse: Callable[[Proc | None], str | None] | None = None,
-) -> str | None:
-    """Signal ``(pid, create_time)`` through a verified pidfd; a reason if not sent, else None.
-
-    The pidfd names one process for good once open; a start time read *after* opening that
-    matches the record proves it is the recorded process. ``refuse`` replaces the identity check
-    with a stricter one (the watchdog's), which sees the process as read through the open pidfd.
-    """
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return "gone"
-    except OSError:
-        return "pidfd_unavailable"
-    try:
-        seen = read(pid)
-        reason = refuse(seen) if refuse is not None else identity(seen, create_time)
-        if reason is not None:
-            return reason
-        try:
-            signal.pidfd_send_signal(fd, sig)
-        except ProcessLookupError:
-            return "gone"
-        return None
-    finally:
-        os.close(fd)

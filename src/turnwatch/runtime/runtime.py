@@ -347,8 +347,6 @@ class Runtime:
         await turn.wait_idle()
         if turn.lingering is not None:
             await turn.lingering
-            # A call that ended during the walk may have left processes after the first look.
-            await self._stop_lingering(turn, src)
         self._settle(turn, TurnOutcome.ABORTED)
 
     def _walk(self, turn: Turn, src: StopSource) -> None:
@@ -365,7 +363,9 @@ class Runtime:
         mode = self.mode if src is not StopSource.WATCHDOG else Mode.ADR
         for call in inflight:
             walk.handle(call, src, mode, self.grace_s)
-        # What finished process calls left running belongs to them: the stop ends it too.
+        # What finished process calls left running belongs to them: the stop ends it too. One
+        # look suffices: from here on, a process call still running has its tools.abort and
+        # ends what it leaves itself, so no call of this turn hands over lingering processes.
         if turn.lingering is None:
             turn.lingering = asyncio.get_running_loop().create_task(
                 self._stop_lingering(turn, src), name=f"lingering {turn.id}"

@@ -22,7 +22,7 @@ import os
 import select
 import signal
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from turnwatch.runtime.cgroup import CallCgroup
@@ -76,14 +76,14 @@ class Pidfds:
         self.fds: dict[int, tuple[int, float]] = {}
         #: pid -> why it was not taken (``gone`` included).
         self.refused: dict[int, str] = {}
-        #: Every pid ever held: the ``gone`` of :func:`terminate` is these minus the alive ones.
-        self.seen: set[int] = set()
+        #: Every pid ever taken: one that exited is not taken again (its pid may be reused).
+        self.taken: set[int] = set()
         self.add(members or {})
 
     def add(self, members: Mapping[int, float]) -> None:
         """Open and verify pidfds for members not held yet."""
         for pid, create_time in members.items():
-            if pid in self.fds or pid in self.seen:
+            if pid in self.taken:
                 continue
             try:
                 fd = os.pidfd_open(pid)
@@ -99,7 +99,7 @@ class Pidfds:
                 self.refused[pid] = reason
                 continue
             self.fds[pid] = (fd, create_time)
-            self.seen.add(pid)
+            self.taken.add(pid)
 
     def signal(self, sig: int) -> None:
         for fd, _ct in self.fds.values():
@@ -109,12 +109,19 @@ class Pidfds:
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
 
-    def _reap_gone(self) -> None:
-        for pid in [p for p, (fd, _) in self.fds.items() if _readable(fd)]:
-            os.close(self.fds.pop(pid)[0])
+    def _drop_exited(self) -> None:
+        """Close the pidfds of members that exited (a pidfd is readable once its process is)."""
+        if not self.fds:
+            return
+        poll = select.poll()  # not select(): it cannot take an fd past 1023
+        by_fd = {fd: pid for pid, (fd, _ct) in self.fds.items()}
+        for fd in by_fd:
+            poll.register(fd, select.POLLIN)
+        for fd, _events in poll.poll(0):
+            os.close(self.fds.pop(by_fd[fd])[0])
 
     async def wait_gone(self, timeout: float) -> bool:
-        self._reap_gone()
+        self._drop_exited()
         if not self.fds:
             return True
         loop = asyncio.get_running_loop()
@@ -140,7 +147,7 @@ class Pidfds:
         return not self.fds
 
     def members(self) -> dict[int, float]:
-        self._reap_gone()
+        self._drop_exited()
         return {pid: ct for pid, (_fd, ct) in self.fds.items()}
 
     def close(self) -> None:
@@ -149,21 +156,14 @@ class Pidfds:
         self.fds.clear()
 
 
-def _readable(fd: int) -> bool:
-    return bool(select.select([fd], [], [], 0)[0])
-
-
 @dataclass
 class CgroupTarget:
     """Every process of one call's cgroup."""
 
     cgroup: CallCgroup
-    #: Members as first signalled (for ``gone``).
-    seen: set[int] = field(default_factory=set)
 
     def signal(self, sig: int) -> None:
         for pid in self.cgroup.members():
-            self.seen.add(pid)
             try:
                 fd = os.pidfd_open(pid)
             except OSError:
@@ -177,7 +177,6 @@ class CgroupTarget:
                 os.close(fd)
 
     def kill(self) -> None:
-        self.seen.update(self.cgroup.members())
         self.cgroup.kill()
 
     async def wait_gone(self, timeout: float) -> bool:

@@ -13,7 +13,7 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from turnwatch import names
@@ -139,9 +139,17 @@ class Recoverer:
             if not c.open:
                 continue
             cf = Finding(
-                f.kind, f.session, c.turn, c.call, c.tool, c.pid, c.create_time, policy=c.policy
+                f.kind,
+                f.session,
+                c.turn,
+                c.call,
+                c.tool,
+                c.pid,
+                c.create_time,
+                policy=c.policy,
+                cgroup=c.cgroup,
+                lingering=tuple(c.lingering),
             )
-            cf = replace(cf, cgroup=c.cgroup, lingering=tuple(c.lingering))
             if c.policy == "grace" and (
                 c.cgroup is not None or (c.pid is not None and c.create_time is not None)
             ):
@@ -239,10 +247,9 @@ class Recoverer:
                 create_time=f.create_time,
                 kill_at=kill_at,
             )
-        fds = terminate.Pidfds(
-            {t.pid: t.create_time for t in targets},
-            refuse=lambda pid, ct, seen: self.guard.refuse(Target(pid, ct), seen),
-        )
+        fds = terminate.Pidfds({t.pid: t.create_time for t in targets}, refuse=self.guard.check)
+        # Judged again through each pidfd: a pid reused since the scan is refused here.
+        refused += [pid for pid, why in fds.refused.items() if why != "gone"]
         try:
             ended = await terminate.terminate(
                 fds, max(kill_at - time.time(), 0.0), kill_wait_s=KILL_WAIT_S, term=not resumed

@@ -280,12 +280,12 @@ def _outliving(
         if c.policy != "grace":
             continue  # mutating/extension processes are never signalled (await_overdue says so)
         live = _left_alive(c, table)
+        if not live:
+            continue
         if c.cgroup is not None:
             what = f"cgroup {c.cgroup} holds {len(live)} process(es)"
         else:
             what = f"{len(live)} process(es) it left running live"
-        if not live:
-            continue
         stopped = c.abort_ts or (r["s_stop"] if r["s_turn"] == c.turn else None)
         action = "cgroup.kill" if c.cgroup is not None else "terminate"
         if r["s_rpid"] is not None and not table.alive(r["s_rpid"], r["s_rct"]):

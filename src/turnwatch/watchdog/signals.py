@@ -2,10 +2,11 @@
 
 A recorded process is proven by its pid *and* start time, a cgroup's member by its membership; a
 call's environment marker proves nothing (it can be copied). Every signal goes through a pidfd
-opened first and verified second: once the pidfd is open it
-names one process for good, so a start time read afterwards that matches the record proves the
-pidfd is the recorded process, and the signal cannot reach a reused pid. Never pid <= 1, never
-this process or its ancestors, never our own process group or session, never another user's.
+opened first and verified second (:class:`turnwatch.runtime.terminate.Pidfds`, with
+:meth:`Guard.check` as the verdict): once the pidfd is open it names one process for good, so a
+start time read afterwards that matches the record proves the pidfd is the recorded process, and
+the signal cannot reach a reused pid. Never pid <= 1, never this process or its ancestors, never
+our own process group or session, never another user's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from turnwatch.runtime.procfs import environ_has, identity, signal_verified
+from turnwatch.runtime.procfs import environ_has, identity
 from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.watchdog import procs
 from turnwatch.watchdog.procs import Proc, ProcessTable
@@ -72,11 +73,9 @@ class Guard:
             return "other_user"
         return None
 
-    def send(self, target: Target, sig: int) -> str | None:
-        """Signal ``target`` through a verified pidfd; the refusal reason, or None if sent."""
-        return signal_verified(
-            target.pid, target.create_time, sig, refuse=lambda seen: self.refuse(target, seen)
-        )
+    def check(self, pid: int, create_time: float, seen: Proc | None) -> str | None:
+        """:meth:`refuse` as a :data:`~turnwatch.runtime.terminate.Refuse`, for ``Pidfds``."""
+        return self.refuse(Target(pid, create_time), seen)
 
 
 def members(leader: Target, table: ProcessTable) -> list[Target]:

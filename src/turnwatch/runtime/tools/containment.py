@@ -20,7 +20,6 @@ that asyncio or ``subprocess`` waits for.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from turnwatch.runtime import procfs, terminate
-from turnwatch.runtime.cgroup import PREFIX, CallCgroup, CgroupRoot, cgroup_of
+from turnwatch.runtime.cgroup import CallCgroup, CgroupRoot, cgroup_of, is_call_cgroup
 from turnwatch.runtime.protocol import ExecuteRequest, Reaped, TurnAbortRequest
 from turnwatch.runtime.tools import proctree
 
@@ -121,10 +120,8 @@ class Lingering:
     tool: str
     target: AnyTarget
     cgroup: CallCgroup | None
-    #: Ends them and tidies up once they are gone by themselves.
+    #: Tidies up once they are gone by themselves; cancelled when the turn's stop takes over.
     watcher: asyncio.Task[None] | None = None
-    #: Set once the turn's stop took them over.
-    stopping: bool = False
 
 
 @dataclass(eq=False)
@@ -157,9 +154,14 @@ class Containers:
     def mode(self) -> Containment:
         return Containment.CGROUP if self.root is not None else Containment.PROCESS_GROUP
 
+    @staticmethod
+    def kind(cgroup: CallCgroup | None) -> Containment:
+        """How a call is contained: in its cgroup if it got one (else its process group)."""
+        return Containment.CGROUP if cgroup is not None else Containment.PROCESS_GROUP
+
     def holes(self, cgroup: CallCgroup | None) -> tuple[str, ...]:
         """What a call contained this way may escape: nothing, in a cgroup."""
-        if cgroup is not None:
+        if self.kind(cgroup) is Containment.CGROUP:
             return ()
         if self.subreaper:
             return (HOLE_SETSID_AND_SCRUBBED, HOLE_LATE_FORK)
@@ -202,16 +204,14 @@ class Containers:
 
     async def _tidy_when_gone(self, key: tuple[str, str], item: Lingering) -> None:
         await item.target.wait_gone(float("inf"))
-        if item.stopping:
-            return  # the stop owns it now
-        self._forget(key, item)
-
-    def _forget(self, key: tuple[str, str], item: Lingering) -> None:
         items = self._lingering.get(key, [])
-        with contextlib.suppress(ValueError):
+        if item in items:  # not taken over by the turn's stop meanwhile
             items.remove(item)
-        if not items:
-            self._lingering.pop(key, None)
+            if not items:
+                del self._lingering[key]
+            self._release(item)
+
+    def _release(self, item: Lingering) -> None:
         item.target.close()
         if item.cgroup is not None:
             item.cgroup.remove()
@@ -223,19 +223,17 @@ class Containers:
 
     async def abort_turn(self, request: TurnAbortRequest) -> Sequence[Reaped]:
         """The turn's stop reaches what its calls left running: terminate each, with the window."""
-        key = (request.session, request.turn)
-        items = self._lingering.get(key, [])
+        items = self._lingering.pop((request.session, request.turn), [])  # the stop owns them
         for item in items:
-            item.stopping = True
             if item.watcher is not None:
                 item.watcher.cancel()
 
         async def end(item: Lingering) -> Reaped:
             done = await terminate.terminate(item.target, request.grace_s)
-            self._forget(key, item)
+            self._release(item)
             return Reaped(item.call_id, item.tool, tuple(done.gone), done.by, tuple(done.alive))
 
-        return await asyncio.gather(*(end(item) for item in list(items)))
+        return await asyncio.gather(*(end(item) for item in items))
 
     # --- reaping what we adopted ---
 
@@ -253,8 +251,7 @@ class Containers:
             seen = self._adoptable.get(child)
             # Any call cgroup of this process (every host here shares turnwatch-<pid>/), so a
             # zombie outliving the host that made it is still reaped by the next one.
-            cg = cgroup_of(child) or ""
-            ours = f"/{PREFIX}{me}/call-" in cg or (
+            ours = is_call_cgroup(cgroup_of(child) or "", owner=me) or (
                 seen is not None and procfs.same_start(seen, p.create_time)
             )
             if ours:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from turnwatch.runtime import procfs, terminate
 from turnwatch.runtime.cgroup import ENTER_FAILED, CallCgroup
 from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
 from turnwatch.runtime.tools import proctree
-from turnwatch.runtime.tools.containment import Containers, Containment
+from turnwatch.runtime.tools.containment import Containers
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.runtime.tools.files import ToolArgumentError
 
@@ -34,17 +35,12 @@ from turnwatch.runtime.tools.files import ToolArgumentError
 DRAIN_CAP_S = 0.25
 #: The host answers this much before the runtime's grace window ends, so its answer lands in it.
 ANSWER_MARGIN_S = 0.25
-#: How long after SIGKILL we wait to see every member gone.
-KILL_WAIT_S = terminate.KILL_WAIT_S
-
-_FALLBACK: list[Containers] = []
 
 
+@functools.cache
 def _fallback() -> Containers:
     """A tool run outside a host (tests, embedding): process-group containment, no subreaper."""
-    if not _FALLBACK:
-        _FALLBACK.append(Containers(None, subreaper=False))
-    return _FALLBACK[0]
+    return Containers(None, subreaper=False)
 
 
 class _Pipes:
@@ -148,9 +144,7 @@ async def run_process(
             Started(
                 pid=proc.pid,
                 create_time=seen.create_time if seen else None,
-                containment=(
-                    Containment.CGROUP if cgroup is not None else Containment.PROCESS_GROUP
-                ).value,
+                containment=box.kind(cgroup).value,
                 cgroup=str(cgroup.path) if cgroup is not None else None,
                 holes=box.holes(cgroup),
             )
@@ -225,7 +219,7 @@ async def _terminate(
     window = max(ctx.abort.grace_s - ANSWER_MARGIN_S, ctx.abort.grace_s / 2)
     target = await box.target(proc.pid, marker, cgroup)
     try:
-        ended = await terminate.terminate(target, window, kill_wait_s=KILL_WAIT_S)
+        ended = await terminate.terminate(target, window)
     finally:
         target.close()
     await pipes.drain(min(DRAIN_CAP_S, max(started + window - time.monotonic(), 0.01)))

@@ -22,7 +22,6 @@ from turnwatch.runtime.procfs import (
     children_files,
     environ_has,
     read,
-    signal_verified,
 )
 
 #: Environment variable every tool process carries: ``session/call_id``.
@@ -126,12 +125,6 @@ def signal_group(pgid: int, sig: int) -> None:
     """Signal a process group whose leader we have not reaped yet (so its pgid is still ours)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-def signal_members(found: Members, sig: int) -> None:
-    """Signal each member through a verified pidfd (never a reused pid)."""
-    for pid, create_time in found.items():
-        signal_verified(pid, create_time, sig)
 
 
 def alive(found: Members) -> Members:
