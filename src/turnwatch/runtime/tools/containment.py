@@ -50,28 +50,55 @@ class ContainmentError(RuntimeError):
 
 
 class GroupTarget:
-    """A process group whose leader is not reaped yet (so its id is still ours), and its tree."""
+    """A process group whose leader is not reaped yet (so its id is still ours), and its tree.
 
-    def __init__(self, root: int, marker: str, members: proctree.Members) -> None:
+    Every member it takes is recorded in ``adoptable``: an orphan of the call that exits here is
+    then reaped by :meth:`Containers.sweep`.
+    """
+
+    def __init__(
+        self, root: int, marker: str, members: proctree.Members, adoptable: dict[int, float]
+    ) -> None:
         self.root = root
         self.marker = marker
-        self.fds = terminate.Pidfds(members)
+        self.fds = terminate.Pidfds()
+        self._adoptable = adoptable
+        self._sig: int | None = None  # the signal in force, for members found late
+        self._take(members)
 
     @classmethod
-    async def of(cls, root: int, marker: str) -> GroupTarget:
+    async def of(cls, root: int, marker: str, adoptable: dict[int, float]) -> GroupTarget:
         # Taken before any signal: a child that dies first would re-parent its own children.
-        return cls(root, marker, await proctree.snapshot(root, marker))
+        return cls(root, marker, await proctree.snapshot(root, marker), adoptable)
+
+    def _take(self, members: proctree.Members) -> bool:
+        """Hold the members not held yet; True if there were any."""
+        before = len(self.fds.taken)
+        self.fds.add(members)
+        self._adoptable.update((p, ct) for p, ct in members.items() if p in self.fds.taken)
+        return len(self.fds.taken) > before
 
     def signal(self, sig: int) -> None:
+        self._sig = sig
         proctree.signal_group(self.root, sig)
         self.fds.signal(sig)
 
     def kill(self) -> None:
-        self.fds.add(proctree.tree(self.root, self.marker))  # forks since the snapshot
+        self._take(proctree.tree(self.root, self.marker))  # forks since the snapshot
         self.signal(signal.SIGKILL)
 
     async def wait_gone(self, timeout: float) -> bool:
-        return await self.fds.wait_gone(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while await self.fds.wait_gone(deadline - loop.time()):
+            # All it held are gone. One more look before saying so: the snapshot can miss an
+            # orphan whose environment read empty mid-exec (``setsid`` execing its command),
+            # and a member may have forked since. Only those get the signal in force.
+            if not self._take(proctree.tree(self.root, self.marker)):
+                return True
+            if self._sig is not None:
+                self.fds.signal(self._sig)
+        return False
 
     def members(self) -> dict[int, float]:
         return self.fds.members()
@@ -176,9 +203,7 @@ class Containers:
             first = procfs.read(root)
             fds = terminate.Pidfds({root: first.create_time} if first and not first.zombie else {})
             return CallTarget(cgroup, fds)
-        target = await GroupTarget.of(root, marker)
-        self._adoptable.update(target.members())
-        return target
+        return await GroupTarget.of(root, marker, self._adoptable)
 
     def leftovers(self, root: int, marker: str, cgroup: CallCgroup | None) -> AnyTarget | None:
         """After the first process exited: what the call left running, if anything."""

@@ -17,6 +17,7 @@ import threading
 import time
 
 from turnwatch.runtime.procfs import (
+    Proc,
     ProcessTable,
     child_pids,
     children_files,
@@ -69,7 +70,10 @@ SCAN = SharedScan()
 
 
 def tree(root: int, marker: str) -> Members:
-    """:func:`members` from the kernel's children lists: O(tree), cheap enough for the loop."""
+    """:func:`members` from the kernel's children lists: O(tree), cheap enough for the loop.
+
+    Only while ``root`` is unreaped: its process group id is then still the call's.
+    """
     found: Members = {}
 
     def walk(pid: int) -> None:
@@ -84,9 +88,18 @@ def tree(root: int, marker: str) -> Members:
 
     walk(root)
     for child in own_children():
-        if child not in found and child not in SPAWNED and environ_has(child, CALL_MARKER, marker):
-            walk(child)
+        if child not in found and child not in SPAWNED:
+            p = read(child)
+            if p is not None and _adopted_member(p, root, marker):
+                walk(child)
     return found
+
+
+def _adopted_member(p: Proc, root: int, marker: str) -> bool:
+    """An orphan adopted here is the call's if it is in the call's process group (the root is
+    unreaped, so the group id is still the call's; this holds for a zombie too, whose
+    environment reads empty) or carries the call's marker."""
+    return p.pgrp == root or environ_has(p.pid, CALL_MARKER, marker)
 
 
 def own_children() -> list[int]:
@@ -115,7 +128,7 @@ def members(table: ProcessTable, root: int, marker: str) -> Members:
     for child in table.children(os.getpid()):
         if child.pid in found or child.pid in SPAWNED:
             continue
-        if environ_has(child.pid, CALL_MARKER, marker):
+        if _adopted_member(child, root, marker):
             found[child.pid] = child.create_time
             found.update((p.pid, p.create_time) for p in table.descendants(child.pid))
     return found
