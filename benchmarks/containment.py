@@ -11,6 +11,8 @@ import asyncio
 import subprocess
 import time
 
+import psutil
+
 from benchmarks.common import fmt_s, median, pct, table
 from turnwatch import names
 from turnwatch.runtime import LocalHost, MemorySink, Runtime
@@ -25,10 +27,8 @@ TREES = {
 }
 
 
-def _members(sink: MemorySink, call: str, leader: int) -> dict[int, float]:
+def _members(leader: int) -> dict[int, float]:
     """The leader and its descendants (every member of these trees stays a descendant)."""
-    import psutil
-
     root = psutil.Process(leader)
     out = {leader: root.create_time()}
     for child in root.children(recursive=True):
@@ -47,10 +47,10 @@ async def _stop_to_dead(mode: str, script: str, size: int) -> list[float]:
         while not sink.of(names.TOOL_PROGRESS, call=call.call_id):
             await asyncio.sleep(0.002)
         leader = sink.of(names.TOOL_STARTED, call=call.call_id)[0].attrs["pid"]
-        members = _members(sink, call.call_id, leader)
+        members = _members(leader)
         while len(members) < size:  # the last children may still be forking
             await asyncio.sleep(0.002)
-            members = _members(sink, call.call_id, leader)
+            members = _members(leader)
         watch = Pidfds(members)
         t0 = time.perf_counter()
         stop = asyncio.ensure_future(rt.abort("bench"))

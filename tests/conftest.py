@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -16,9 +17,28 @@ import psutil
 import pytest
 
 from turnwatch.runtime import LocalHost, MemorySink, Runtime
+from turnwatch.runtime.cgroup import CgroupRoot
 
 #: Every test grace window is short; one test checks the default.
 GRACE = 0.6
+
+
+@functools.cache
+def _cgroups() -> bool:
+    root = CgroupRoot.probe()
+    if root is not None:
+        root.close()
+    return root is not None
+
+
+def require_cgroups() -> None:
+    """Skip without a writable cgroup2 hierarchy; where ``TURNWATCH_REQUIRE_CGROUP=1`` (CI, which
+    runs as root), fail instead: the cgroup tests must run there."""
+    if _cgroups():
+        return
+    if os.environ.get("TURNWATCH_REQUIRE_CGROUP") == "1":
+        pytest.fail("TURNWATCH_REQUIRE_CGROUP=1 but no writable cgroup2 hierarchy here")
+    pytest.skip("no writable cgroup2 hierarchy (run as root, or under a delegated cgroup)")
 
 
 def wait_until(cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:

@@ -19,6 +19,8 @@ from tests.conftest import Procs, wait_until
 from tests.streams import four_states, write
 from tests.watchdog.helpers import aborted_tree
 from turnwatch.cli.app import app
+from turnwatch.runtime import LocalHost, Runtime
+from turnwatch.tracing.ledger import Ledger
 
 runner = CliRunner()
 
@@ -227,9 +229,6 @@ def test_help_does_not_import_heavy_modules() -> None:
 async def test_sessions_and_explain_show_containment_and_what_a_call_left_running(
     tmp_path: Path, procs: Procs
 ) -> None:
-    from turnwatch.runtime import LocalHost, Runtime
-    from turnwatch.tracing.ledger import Ledger
-
     db = tmp_path / "ledger.sqlite3"
     sink = Ledger(db)
     host = LocalHost()
@@ -247,7 +246,9 @@ async def test_sessions_and_explain_show_containment_and_what_a_call_left_runnin
     (c,) = row["calls"]
     assert c["containment"] == host.containment
     assert c["lingering"] == [child.pid]
+    explained = runner.invoke(app, ["explain", "bg", "--json", "--ledger", str(db)])
+    assert explained.exit_code == 0, explained.output
+    assert [t["containment"] for t in json.loads(explained.stdout)["tools"]] == [host.containment]
     shown = runner.invoke(app, ["explain", "bg", "--ledger", str(db)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert {"cgroup": "cgroup", "process_group": "group"}[host.containment] in shown.stdout
-    child.kill()

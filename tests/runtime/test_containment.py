@@ -14,10 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import GRACE, Procs, until
+from tests.conftest import GRACE, Procs, require_cgroups, until
 from turnwatch import names
 from turnwatch.runtime import LocalHost, MemorySink, Outcome, Runtime
-from turnwatch.runtime.cgroup import CgroupRoot
 from turnwatch.testing import check_invariants
 
 #: Invariant 3's "small slack" after the grace window.
@@ -67,31 +66,16 @@ def pids_in(output: str) -> list[int]:
     return [int(w.split("=")[1]) for w in output.split() if w.startswith("pid=")]
 
 
-def cgroups_required() -> bool:
-    return os.environ.get("TURNWATCH_REQUIRE_CGROUP") == "1"
-
-
-@pytest.fixture(scope="module")
-def cgroups_available() -> bool:
-    root = CgroupRoot.probe()
-    if root is None:
-        return False
-    root.close()
-    return True
-
-
-def host_for(mode: str, cgroups_available: bool) -> LocalHost:
-    if mode == "cgroup" and not cgroups_available:
-        if cgroups_required():
-            pytest.fail("TURNWATCH_REQUIRE_CGROUP=1 but no writable cgroup2 hierarchy here")
-        pytest.skip("no writable cgroup2 hierarchy (run as root, or under a delegated cgroup)")
+def host_for(mode: str) -> LocalHost:
+    if mode == "cgroup":
+        require_cgroups()
     host = LocalHost(containment=mode)
     assert host.containment == mode
     return host
 
 
-def runtime_in(mode: str, sink: MemorySink, cgroups_available: bool) -> Runtime:
-    return Runtime(host_for(mode, cgroups_available), grace_s=GRACE, sink=sink)
+def runtime_in(mode: str, sink: MemorySink) -> Runtime:
+    return Runtime(host_for(mode), grace_s=GRACE, sink=sink)
 
 
 def output_of(sink: MemorySink, call: str) -> str:
@@ -115,10 +99,10 @@ def matrix() -> Iterator[object]:
 
 @pytest.mark.parametrize(("row", "mode"), list(matrix()))
 async def test_nothing_of_a_stopped_call_outlives_its_grace_window(
-    row: str, mode: str, sink: MemorySink, procs: Procs, cgroups_available: bool
+    row: str, mode: str, sink: MemorySink, procs: Procs
 ) -> None:
     script, expected = ROWS[row]
-    runtime = runtime_in(mode, sink, cgroups_available)
+    runtime = runtime_in(mode, sink)
     turn = runtime.start_turn("s")
     call = turn.request("Bash", {"command": script})
     escapees = await printed_pids(sink, call.call_id, expected)
@@ -146,10 +130,10 @@ async def test_nothing_of_a_stopped_call_outlives_its_grace_window(
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_stop_after_the_leader_exits_while_a_child_holds_the_pipe(
-    mode: str, sink: MemorySink, procs: Procs, cgroups_available: bool
+    mode: str, sink: MemorySink, procs: Procs
 ) -> None:
     """The drained-pipe case: the stop lands after the first process exited, before release."""
-    runtime = runtime_in(mode, sink, cgroups_available)
+    runtime = runtime_in(mode, sink)
     turn = runtime.start_turn("s")
     call = turn.request("Bash", {"command": "(sleep 1000 & echo pid=$!); sleep 0.3; exit 0"})
     child = procs.track((await printed_pids(sink, call.call_id))[0])
@@ -171,9 +155,9 @@ async def test_stop_after_the_leader_exits_while_a_child_holds_the_pipe(
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_finished_call_records_what_it_left_running_and_the_stop_ends_it(
-    mode: str, sink: MemorySink, procs: Procs, cgroups_available: bool
+    mode: str, sink: MemorySink, procs: Procs
 ) -> None:
-    runtime = runtime_in(mode, sink, cgroups_available)
+    runtime = runtime_in(mode, sink)
     turn = runtime.start_turn("s")
     script = "trap '' TERM; sleep 1000 >/dev/null 2>&1 & echo pid=$!"
     left = turn.request("Bash", {"command": script})
@@ -197,10 +181,10 @@ async def test_a_finished_call_records_what_it_left_running_and_the_stop_ends_it
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_turn_that_completes_leaves_its_background_process_alone(
-    mode: str, sink: MemorySink, procs: Procs, cgroups_available: bool
+    mode: str, sink: MemorySink, procs: Procs
 ) -> None:
     """A dev server started with ``&`` outlives a turn that was not stopped: that is asked for."""
-    host = host_for(mode, cgroups_available)
+    host = host_for(mode)
     runtime = Runtime(host, grace_s=GRACE, sink=sink)
     turn = runtime.start_turn("s")
     call = turn.request("Bash", {"command": "sleep 1000 >/dev/null 2>&1 & echo pid=$!"})
@@ -225,11 +209,9 @@ def own_zombies() -> set[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-async def test_no_zombies_after_a_hundred_stops(
-    mode: str, sink: MemorySink, cgroups_available: bool
-) -> None:
+async def test_no_zombies_after_a_hundred_stops(mode: str, sink: MemorySink) -> None:
     before = own_zombies()
-    runtime = runtime_in(mode, sink, cgroups_available)
+    runtime = runtime_in(mode, sink)
     # Orphans re-parent to this process (the subreaper): the intermediate subshells exit.
     script = "(setsid sleep 1000 &); (sleep 1000 &); echo ready; sleep 1000"
     for i in range(100):

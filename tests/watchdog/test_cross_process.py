@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import GRACE, Procs, release_fifo, until, wait_until
+from tests.conftest import GRACE, Procs, release_fifo, require_cgroups, until, wait_until
 from tests.watchdog.helpers import Recorder, spawn_tree
 from turnwatch import names
 from turnwatch.runtime import LocalHost, Mode, Runtime
@@ -177,10 +177,7 @@ async def test_runtime_killed_mid_turn_leaves_an_orphan_that_is_reaped(
 
 async def test_a_dead_runtimes_call_cgroup_is_killed_whole(tmp_path: Path, procs: Procs) -> None:
     """Only the cgroup still ties a ``setsid env -i`` escapee to its call; the watchdog ends it."""
-    if LocalHost(containment="auto").containment != "cgroup":
-        if os.environ.get("TURNWATCH_REQUIRE_CGROUP") == "1":
-            pytest.fail("TURNWATCH_REQUIRE_CGROUP=1 but no writable cgroup2 hierarchy here")
-        pytest.skip("no writable cgroup2 hierarchy (run as root, or under a delegated cgroup)")
+    require_cgroups()
     path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
     pidfile = tmp_path / "escapee.pid"
     script = f"(setsid env -i sh -c 'echo $$ > {pidfile}; exec sleep 300' &); sleep 300"

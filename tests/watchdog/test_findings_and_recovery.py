@@ -92,7 +92,7 @@ async def test_processes_a_finished_call_left_running_are_ended_by_record(
     dead.wait()
     rec = Recorder(path)
     rec("runtime.started", attrs={"pid": dead.pid, "create_time": 1.0, "mode": "adr"})
-    rec.started_call(bystander.pid + 10_000_000, 1.0, ago=30)  # its own process is long gone
+    rec.started_call(dead.pid, 1.0, ago=30)  # the call's own process is long gone
     rec(
         "tool.finished",
         ago=29,
