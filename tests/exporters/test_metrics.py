@@ -102,15 +102,3 @@ def test_tool_labels_fold_extensions() -> None:
 def test_bad_address_is_a_clear_error(registry: CollectorRegistry) -> None:
     with pytest.raises(ValueError, match="expected HOST:PORT"):
         http.serve(registry, "9464")
-
-
-def test_a_refused_call_leaves_nothing_behind(registry: CollectorRegistry) -> None:
-    from turnwatch.runtime.events import now_event
-    from turnwatch.tracing.spans import SpanBuilder as Builder
-
-    metrics, spans = StopMetrics(registry), Builder(TracerProvider().get_tracer("t"))
-    for kind in (names.TOOL_REQUESTED, names.TOOL_REFUSED):
-        ev = now_event(kind, "s", turn="t", call="c", tool="Bash")
-        metrics(spans(ev))
-    assert metrics._class == {}
-    assert spans._class == {}

@@ -20,7 +20,12 @@ from turnwatch import names
 from turnwatch.runtime.events import now_event
 from turnwatch.tracing import view
 from turnwatch.tracing.ledger import Ledger, LedgerError, connect, default_path, read_events
-from turnwatch.tracing.summary import CALL_COLS_SINCE_2
+
+#: Columns 0.1.0 (schema 1) did not have.
+NEW_SINCE_1 = {
+    "calls": ("containment", "cgroup", "lingering", "procs_live", "abort_mono", "done_ts"),
+    "sessions": ("rpc_ts", "walk_ts", "stop_mono"),
+}
 
 
 def ev(kind: str, session: str = "s", **kw: object) -> object:
@@ -38,7 +43,7 @@ def test_events_are_committed_in_order_with_wal(tmp_path: Path) -> None:
     conn = connect(path, readonly=True)
     assert [e.attrs["i"] for _s, e in read_events(conn)] == [0, 1, 2, 3, 4]
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
+    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
 
 
 def test_a_schema_1_ledger_is_read_as_it_is_and_upgraded_by_a_writer(tmp_path: Path) -> None:
@@ -50,8 +55,9 @@ def test_a_schema_1_ledger_is_read_as_it_is_and_upgraded_by_a_writer(tmp_path: P
     # What 0.1.0 wrote: no containment columns, schema 1.
     raw = sqlite3.connect(path)
     raw.execute("DROP INDEX calls_procs_live")
-    for col in CALL_COLS_SINCE_2:
-        raw.execute(f"ALTER TABLE calls DROP COLUMN {col}")
+    for table, cols in NEW_SINCE_1.items():
+        for col in cols:
+            raw.execute(f"ALTER TABLE {table} DROP COLUMN {col}")
     raw.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     raw.commit()
     raw.close()
@@ -75,7 +81,7 @@ def test_a_schema_1_ledger_is_read_as_it_is_and_upgraded_by_a_writer(tmp_path: P
     )
     ledger.close()
     new = connect(path, readonly=True)
-    assert new.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
+    assert new.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
     (row,) = view.sessions(new)
     assert row.calls[0].lingering == [(4242, 1.5)]
     assert row.calls[0].procs_live

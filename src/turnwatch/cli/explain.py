@@ -16,19 +16,20 @@ from rich.text import Text
 from turnwatch import names
 from turnwatch.cli.render import seconds
 from turnwatch.runtime.events import Event
-from turnwatch.runtime.model import POLICY_OF, class_of
+from turnwatch.runtime.fold import Fold, Move
 from turnwatch.tracing import view
 from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, scan
 
 BAR_WIDTH = 24
-_RELEASES = (names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED, names.TOOL_REFUSED)
+#: The steps of a stop, by what the event did (the fold's moves, so explain, spans and metrics
+#: agree on where the stop began and which agent.abort was the stop's own).
 _STEP_LABEL = {
-    names.STOP_CLICKED: "Stop clicked",
-    names.ABORT_RPC_RECEIVED: "agent.abort received",
-    names.ABORT_WALK_STARTED: "abort walk started",
-    names.TURN_SETTLED: "turn settled",
-    names.ABORT_RPC_RETURNED: "agent.abort returned",
-    names.PROCESSING_CLEARED: "processing cleared: idle",
+    Move.STOP: "Stop clicked",
+    Move.RPC: "agent.abort received",
+    Move.WALK: "abort walk started",
+    Move.SETTLED: "turn settled",
+    Move.RETURNED: "agent.abort returned",
+    Move.CLEARED: "processing cleared: idle",
 }
 
 
@@ -80,40 +81,43 @@ def build(
     events = view.timeline(conn, session, turn)
     rows = view.sessions(conn, only=session, now=now, th=cfg)
     row = rows[0] if rows else None
-    start_ev = next((e for e in events if e.kind == names.STOP_CLICKED), None) or next(
-        (e for e in events if e.kind == names.ABORT_RPC_RECEIVED), None
-    )
-    t0 = start_ev.ts_unix if start_ev else (events[0].ts_unix if events else now)
+    fold = Fold()
+    steps = fold.feed(events)
+    stop = fold.sessions.get(session)
+    stop_at = stop.stop_ts if stop is not None else None
+    t0 = stop_at if stop_at is not None else (events[0].ts_unix if events else now)
     ex = Explanation(
         session,
         turn,
         (row.mode if row else None) or "unknown",
         row.state if row and row.turn == turn else names.STATE_IDLE,
-        start_ev.ts_unix if start_ev else None,
+        stop_at,
     )
-    calls: dict[str, ToolRow] = {}
-    for e in events:
-        off = e.ts_unix - t0
-        if e.kind in _STEP_LABEL and e.attrs.get("receipt") != "joined":
-            ex.steps.append((off, _STEP_LABEL[e.kind], _detail(e)))
-        if e.call is None:
-            continue
-        if e.kind == names.TOOL_REQUESTED:
-            cls = class_of(e.tool or "", e.attrs.get("class"))
-            calls[e.call] = ToolRow(
-                e.call, e.tool or "?", cls.value, POLICY_OF[cls].value, "running", None, None, None
-            )
-        r = calls.get(e.call)
-        if r is None:
-            continue
-        if e.kind == names.TOOL_STARTED:
-            r.start, r.pid = off, e.attrs.get("pid")
-            r.containment = e.attrs.get("containment")
-        elif e.kind == names.TOOLS_ABORT_SENT:
-            r.abort = off
-        elif e.kind in _RELEASES and r.end is None:
-            r.end, r.outcome = off, str(e.attrs.get("outcome", "refused"))
-    ex.tools = list(calls.values())
+    for st in steps:
+        for move in st.moves:
+            if move in _STEP_LABEL and not (move is Move.STOP and Move.RPC in st.moves):
+                ex.steps.append((st.ev.ts_unix - t0, _STEP_LABEL[move], _detail(st.ev)))
+
+    def off(ts: float | None) -> float | None:
+        return ts - t0 if ts is not None else None
+
+    calls = [
+        ToolRow(
+            c.call,
+            c.tool or "?",
+            c.tool_class or "?",
+            c.policy or "?",
+            c.outcome or "running",
+            off(c.started_ts),
+            off(c.abort_ts),
+            off(c.ended_ts),
+            c.pid,
+            c.containment,
+        )
+        for c in fold.calls.values()
+        if c.turn == turn
+    ]
+    ex.tools = calls
     if row is not None and row.turn == turn:
         ex.findings = [f for f in scan(conn, cfg=cfg, now=now).findings if f.session == session]
         ex.reasons = [_reason(f, now, cfg) for f in ex.findings]

@@ -16,7 +16,8 @@ from prometheus_client.registry import Collector
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
-from turnwatch.runtime.model import BUILTIN_CLASSES, POLICY_OF, ToolClass, class_of
+from turnwatch.runtime.fold import MAX_RELEASED, Fold, Move, Step, Store
+from turnwatch.runtime.model import BUILTIN_CLASSES, Outcome
 
 #: Fine below 10 ms (race releases in µs), a boundary on the 10 s grace window, long tail after.
 STOP_BUCKETS = (
@@ -46,7 +47,6 @@ STOP_BUCKETS = (
     1800.0,
 )
 SCAN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
-_RELEASES = {names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED}
 RECOVERY_RESULTS = ("ok", "failed", "refused", "skipped")
 
 
@@ -57,11 +57,11 @@ def tool_label(tool: str | None) -> str:
     return "mcp" if tool and tool.startswith("mcp__") else "plugin"
 
 
-def _elapsed(a: Event, b: Event) -> float:
-    """Seconds from ``a`` to ``b``: monotonic when both have it (same process), else wall."""
-    if a.mono_ns is not None and b.mono_ns is not None and a.session == b.session:
-        return max(0.0, (b.mono_ns - a.mono_ns) / 1e9)
-    return max(0.0, b.ts_unix - a.ts_unix)
+def _since(ts: float | None, mono: int | None, ev: Event) -> float:
+    """Seconds from a recorded instant to ``ev``: monotonic when both have it, else wall."""
+    if mono is not None and ev.mono_ns is not None:
+        return max(0.0, (ev.mono_ns - mono) / 1e9)
+    return max(0.0, ev.ts_unix - (ts if ts is not None else ev.ts_unix))
 
 
 def _exemplar(ev: Event) -> dict[str, str] | None:
@@ -112,11 +112,8 @@ class StopMetrics:
         self.scan = Histogram(
             names.M_SCAN, "One watchdog scan.", buckets=SCAN_BUCKETS, registry=registry
         )
-        # Per-stream state: mode per session, first stop per turn, abort sent per call.
-        self._mode: dict[str, str] = {}
-        self._stop: dict[tuple[str, str], Event] = {}
-        self._abort: dict[tuple[str, str], Event] = {}
-        self._class: dict[tuple[str, str], ToolClass] = {}
+        # Where stops begin and what releases a call: the fold's rules, not ours.
+        self.fold = Fold(Store(MAX_RELEASED))
         # Series that exist from the start, at zero: rate() and increase() need a sample before
         # the first event, and an alert on failures must see "0 failures", not "no data".
         for kind in names.FINDING_KINDS:
@@ -132,55 +129,68 @@ class StopMetrics:
         self.observe(ev)
 
     def observe(self, ev: Event) -> None:
-        kind = ev.kind
-        if kind == names.RUNTIME_STARTED:
-            self._mode[ev.session] = str(ev.attrs.get("mode") or "unknown")
-        elif kind in (names.STOP_CLICKED, names.ABORT_RPC_RECEIVED) and ev.turn:
-            if (ev.session, ev.turn) not in self._stop and ev.attrs.get("receipt") in (
-                None,
-                "accepted",
-            ):
-                self._stop[(ev.session, ev.turn)] = ev
-                self.stops.labels(mode=self._mode.get(ev.session, "unknown")).inc()
-        elif kind == names.TURN_SETTLED and ev.turn:
-            start = self._stop.get((ev.session, ev.turn))
-            if start is not None:
-                self.stop_to_settle.labels(
-                    mode=self._mode.get(ev.session, "unknown"),
-                    outcome=str(ev.attrs.get("outcome", "unknown")),
-                ).observe(_elapsed(start, ev), _exemplar(ev))
-        elif kind == names.PROCESSING_CLEARED and ev.turn:
-            start = self._stop.pop((ev.session, ev.turn), None)
-            if start is not None:
-                self.stop_to_idle.labels(mode=self._mode.get(ev.session, "unknown")).observe(
-                    _elapsed(start, ev), _exemplar(ev)
-                )
-        elif kind == names.TOOL_REQUESTED and ev.call:
-            self._class[(ev.session, ev.call)] = class_of(ev.tool or "", ev.attrs.get("class"))
-        elif kind == names.TOOLS_ABORT_SENT and ev.call:
-            self._abort.setdefault((ev.session, ev.call), ev)
-        elif kind in _RELEASES and ev.call:
-            key = (ev.session, ev.call)
-            cls = self._class.pop(key, None) or class_of(ev.tool or "")
-            sent = self._abort.pop(key, None)
-            if kind == names.TOOL_RESULT_DISCARDED:
-                self.discarded.labels(tool=tool_label(ev.tool)).inc()
-            if sent is not None:
-                self.tool_abort.labels(
-                    tool_class=cls.value,
-                    policy=POLICY_OF[cls].value,
-                    outcome=str(ev.attrs.get("outcome", "unknown")),
-                ).observe(_elapsed(sent, ev), _exemplar(ev))
-        elif kind == names.TOOL_REFUSED and ev.call:
-            self._class.pop((ev.session, ev.call), None)  # never starts, never released
-        elif kind == names.TOOL_GRACE_EXPIRED:
-            self.grace_expired.labels(tool=tool_label(ev.tool)).inc()
-        elif kind == names.PERMISSION_CANCELLED:
-            self.permissions_cancelled.inc()
-        elif kind == names.WATCHDOG_FINDING:
-            self.findings.labels(kind=str(ev.attrs.get("finding", "unknown"))).inc()
-        elif kind == names.WATCHDOG_RECOVERED:
-            self.recoveries.labels(result=str(ev.attrs.get("result", "unknown"))).inc()
+        """Count one event (in stream order)."""
+        st = self.fold(ev)
+        for move in st.moves:
+            on = _ON_MOVE.get(move)
+            if on is not None:
+                on(self, st)
+
+    def _mode(self, st: Step) -> str:
+        return st.session.mode or "unknown"
+
+    def _on_stop(self, st: Step) -> None:
+        self.stops.labels(mode=self._mode(st)).inc()
+
+    def _on_settled(self, st: Step) -> None:
+        s = st.session
+        if s.stopped:
+            self.stop_to_settle.labels(mode=self._mode(st), outcome=s.outcome or "unknown").observe(
+                _since(s.stop_ts, s.stop_mono, st.ev), _exemplar(st.ev)
+            )
+
+    def _on_cleared(self, st: Step) -> None:
+        s = st.session
+        if s.stopped:
+            self.stop_to_idle.labels(mode=self._mode(st)).observe(
+                _since(s.stop_ts, s.stop_mono, st.ev), _exemplar(st.ev)
+            )
+
+    def _on_released(self, st: Step) -> None:
+        c = st.call
+        assert c is not None
+        if c.outcome == Outcome.DISCARDED.value:
+            self.discarded.labels(tool=tool_label(c.tool)).inc()
+        if c.abort_ts is not None:
+            self.tool_abort.labels(
+                tool_class=c.tool_class or "unknown",
+                policy=c.policy or "unknown",
+                outcome=c.outcome or "unknown",
+            ).observe(_since(c.abort_ts, c.abort_mono, st.ev), _exemplar(st.ev))
+
+    def _on_grace_expired(self, st: Step) -> None:
+        self.grace_expired.labels(tool=tool_label(st.ev.tool)).inc()
+
+    def _on_cancelled(self, st: Step) -> None:
+        self.permissions_cancelled.inc()
+
+    def _on_finding(self, st: Step) -> None:
+        self.findings.labels(kind=str(st.ev.attrs.get("finding", "unknown"))).inc()
+
+    def _on_recovered(self, st: Step) -> None:
+        self.recoveries.labels(result=str(st.ev.attrs.get("result", "unknown"))).inc()
+
+
+_ON_MOVE: Mapping[Move, Callable[[StopMetrics, Step], None]] = {
+    Move.STOP: StopMetrics._on_stop,
+    Move.SETTLED: StopMetrics._on_settled,
+    Move.CLEARED: StopMetrics._on_cleared,
+    Move.RELEASED: StopMetrics._on_released,
+    Move.GRACE_EXPIRED: StopMetrics._on_grace_expired,
+    Move.CANCELLED: StopMetrics._on_cancelled,
+    Move.FINDING: StopMetrics._on_finding,
+    Move.RECOVERED: StopMetrics._on_recovered,
+}
 
 
 @dataclass(frozen=True)

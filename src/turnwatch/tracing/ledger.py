@@ -24,12 +24,13 @@ from typing import Any
 from turnwatch.runtime.events import Event
 from turnwatch.tracing import batchsql, codec
 from turnwatch.tracing.stages import Stages
-from turnwatch.tracing.summary import CALL_COLS_SINCE_2, Summary
+from turnwatch.tracing.summary import COLUMNS, Summary
 
 log = logging.getLogger("turnwatch.ledger")
 
-#: 2 added the calls' containment columns (summary.CALL_COLS_SINCE_2); a writer upgrades a 1.
-SCHEMA_VERSION = 2
+#: 2 added the calls' containment columns; 3 the fold's stop and abort instants (rpc_ts,
+#: walk_ts, stop_mono, abort_mono, done_ts). A writer adds what an older ledger lacks.
+SCHEMA_VERSION = 3
 APPLICATION = "turnwatch"
 BATCH_MAX = 2000
 #: With fewer events than this waiting, the writer sleeps LINGER_S first, to let a batch gather.
@@ -108,12 +109,13 @@ def _check(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> None:
 
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Bring an older ledger's tables up to this schema, in the creating transaction."""
-    cols = {r[1] for r in conn.execute("PRAGMA table_info(calls)")}
-    if not cols:
-        return  # a new file: the schema below creates it whole
-    for col in CALL_COLS_SINCE_2:
-        if col not in cols:
-            conn.execute(f"ALTER TABLE calls ADD COLUMN {col}")
+    for table, wanted in COLUMNS.items():
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if not have:
+            continue  # a new file: the schema below creates it whole
+        for col in wanted:
+            if col not in have:
+                conn.execute(f'ALTER TABLE {table} ADD COLUMN "{col}"')
 
 
 def _statements(script: str) -> list[str]:

@@ -11,6 +11,7 @@ to the call's ``execute_tool`` span); ``turn.settle`` (walk → turn settled) un
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
@@ -19,11 +20,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
-from turnwatch.runtime.model import class_of
+from turnwatch.runtime.fold import MAX_RELEASED, CallState, Fold, Move, Step, Store
+from turnwatch.runtime.model import Outcome, ToolClass
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _new_event = tuple.__new__
-_RELEASES = {names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED}
 _TOOL_TYPE = {
     "read_only": "function",
     "process": "function",
@@ -62,83 +63,113 @@ class _Stop:
 
 
 class SpanBuilder:
-    """An event transformer: builds spans, and returns the event stamped with its span's ids."""
+    """An event transformer: builds spans, and returns the event stamped with its span's ids.
+
+    It reads the stream through a :class:`~turnwatch.runtime.fold.Fold`, so where a stop begins
+    and what releases a call are the same rules the metrics and the ledger use.
+    """
 
     def __init__(self, tracer: Tracer | None = None) -> None:
         self.tracer = tracer or trace.get_tracer("turnwatch")
+        self.fold = Fold(Store(MAX_RELEASED))
         self._exec: dict[tuple[str, str], _Exec] = {}
-        self._class: dict[tuple[str, str], str] = {}
-        self._stops: dict[tuple[str, str], _Stop] = {}
+        self._stops: dict[str, _Stop] = {}
 
     def __call__(self, ev: Event) -> Event:
-        if ev.call is not None:
-            ids = self._on_call(ev)
+        st = self.fold(ev)
+        span: Span | None = None
+        for move in st.moves:
+            on = _ON_MOVE.get(move)
+            if on is not None:
+                span = on(self, st) or span
+        if span is not None:
+            ids: tuple[str, str] | None = _ids(span)
+        elif st.call is not None:
+            ex = self._exec.get((ev.session, st.call.call))
+            ids = ex.ids if ex is not None else None
         else:
-            span = self._observe(ev)
-            ids = _ids(span) if span is not None else None
+            ids = None
         if ids is None:
             return ev
         # The first eight fields and the two ids, not _replace: this runs for most events.
         return _new_event(Event, ev[:8] + ids)
 
-    def _observe(self, ev: Event) -> Span | None:
-        kind = ev.kind
-        if ev.turn is None:
-            return None
-        key = (ev.session, ev.turn)
-        stop = self._stops.get(key)
-        if kind in (names.STOP_CLICKED, names.ABORT_RPC_RECEIVED) and stop is None:
-            if kind == names.ABORT_RPC_RECEIVED and ev.attrs.get("receipt") not in (
-                None,
-                "accepted",
-            ):
-                return None  # a join of a stop we never saw begin
-            stop = self._stops[key] = _Stop(self._root(ev))
+    # --- the stop ---
+
+    def _on_turn(self, st: Step) -> None:
+        # A stop whose spans never closed (its RPC never returned): a new turn ends them.
+        left = self._stops.pop(st.ev.session, None)
+        if left is not None:
+            _end_all(left, _ns(st.ev))
+
+    def _on_stop(self, st: Step) -> Span:
+        stop = self._stops[st.ev.session] = _Stop(self._root(st.ev, Move.RPC not in st.moves))
+        return stop.root
+
+    def _on_rpc(self, st: Step) -> Span | None:
+        stop = self._stops.get(st.ev.session)
         if stop is None:
             return None
-        if kind == names.ABORT_RPC_RECEIVED:
-            if stop.agent_abort is None:
-                stop.agent_abort = self._child("agent.abort", stop.root, ev, kind=SpanKind.SERVER)
-                stop.agent_abort.set_attribute(names.A_SOURCE, str(ev.attrs.get("source", "")))
-                if ev.attrs.get("mode"):
-                    stop.root.set_attribute(names.A_MODE, str(ev.attrs["mode"]))
-            else:
-                stop.agent_abort.add_event(
-                    "joined", {names.A_SOURCE: str(ev.attrs.get("source", ""))}, timestamp=_ns(ev)
-                )
-            return stop.agent_abort
-        parent = stop.agent_abort or stop.root
-        if kind == names.ABORT_WALK_STARTED:
-            if stop.walk is None:
-                stop.walk = self._child(names.SPAN_ABORT_WALK, parent, ev)
-                stop.walk.set_attribute("turnwatch.walk.inflight", int(ev.attrs.get("inflight", 0)))
-                stop.settle = self._child(names.SPAN_TURN_SETTLE, parent, ev)
-            return stop.walk
-        if kind == names.TURN_SETTLED:
-            outcome = str(ev.attrs.get("outcome", ""))
-            if stop.settle is None:
-                stop.settle = self._child(names.SPAN_TURN_SETTLE, parent, ev)
-            stop.settle.set_attribute(names.A_OUTCOME, outcome)
-            stop.settle.end(_ns(ev))
-            stop.root.set_attribute(names.A_OUTCOME, outcome)
-            for s in stop.tools.values():
-                s.end(_ns(ev))
-            if stop.walk is not None:
-                stop.walk.end(_ns(ev))
-            return stop.settle
-        if kind == names.ABORT_RPC_RETURNED:
-            if stop.agent_abort is not None and ev.attrs.get("receipt") != "joined":
-                stop.agent_abort.set_attribute("turnwatch.receipt", str(ev.attrs.get("receipt")))
-                stop.agent_abort.end(_ns(ev))
-            return stop.agent_abort
-        if kind == names.PROCESSING_CLEARED:
-            stop.root.add_event("processing.cleared", timestamp=_ns(ev))
-            stop.root.end(_ns(ev))
-            del self._stops[key]
-            return stop.root
-        return None
+        ev = st.ev
+        stop.agent_abort = self._child(names.SPAN_AGENT_ABORT, stop.root, ev, kind=SpanKind.SERVER)
+        stop.agent_abort.set_attribute(names.A_SOURCE, str(ev.attrs.get("source", "")))
+        if ev.attrs.get("mode"):
+            stop.root.set_attribute(names.A_MODE, str(ev.attrs["mode"]))
+        return stop.agent_abort
 
-    def _root(self, ev: Event) -> Span:
+    def _on_joined(self, st: Step) -> Span | None:
+        stop = self._stops.get(st.ev.session)
+        if stop is None:
+            return None
+        span = stop.agent_abort or stop.root
+        source = str(st.ev.attrs.get("source", ""))
+        span.add_event("joined", {names.A_SOURCE: source}, timestamp=_ns(st.ev))
+        return span
+
+    def _on_walk(self, st: Step) -> Span | None:
+        stop = self._stops.get(st.ev.session)
+        if stop is None:
+            return None
+        parent = stop.agent_abort or stop.root
+        stop.walk = self._child(names.SPAN_ABORT_WALK, parent, st.ev)
+        stop.walk.set_attribute(names.A_WALK_INFLIGHT, int(st.ev.attrs.get("inflight", 0)))
+        stop.settle = self._child(names.SPAN_TURN_SETTLE, parent, st.ev)
+        return stop.walk
+
+    def _on_settled(self, st: Step) -> Span | None:
+        stop = self._stops.get(st.ev.session)
+        if stop is None:
+            return None
+        end, outcome = _ns(st.ev), st.session.outcome or ""
+        if stop.settle is None:
+            stop.settle = self._child(names.SPAN_TURN_SETTLE, stop.agent_abort or stop.root, st.ev)
+        stop.settle.set_attribute(names.A_OUTCOME, outcome)
+        stop.settle.end(end)
+        stop.root.set_attribute(names.A_OUTCOME, outcome)
+        for s in stop.tools.values():
+            s.end(end)
+        stop.tools.clear()
+        if stop.walk is not None:
+            stop.walk.end(end)
+        return stop.settle
+
+    def _on_returned(self, st: Step) -> Span | None:
+        stop = self._stops.get(st.ev.session)
+        if stop is None or stop.agent_abort is None:
+            return None
+        stop.agent_abort.set_attribute(names.A_RECEIPT, str(st.ev.attrs.get("receipt")))
+        stop.agent_abort.end(_ns(st.ev))
+        return stop.agent_abort
+
+    def _on_cleared(self, st: Step) -> Span | None:
+        stop = self._stops.pop(st.ev.session, None)
+        if stop is None:
+            return None
+        stop.root.add_event(names.PROCESSING_CLEARED, timestamp=_ns(st.ev))
+        stop.root.end(_ns(st.ev))
+        return stop.root
+
+    def _root(self, ev: Event, clicked: bool) -> Span:
         parent_ctx = None
         tp = ev.attrs.get("traceparent")
         if isinstance(tp, str):
@@ -153,7 +184,7 @@ class SpanBuilder:
                 names.A_GENAI_CONVERSATION: ev.session,
             },
         )
-        span.set_attribute("turnwatch.stop.clicked", ev.kind == names.STOP_CLICKED)
+        span.set_attribute(names.A_STOP_CLICKED, clicked)
         return span
 
     def _child(
@@ -173,36 +204,31 @@ class SpanBuilder:
             links=links,
         )
 
-    def _on_call(self, ev: Event) -> tuple[str, str] | None:
-        """The span ids an event of a call is stamped with. Ordered by how often kinds come."""
-        assert ev.call is not None
-        ck = (ev.session, ev.call)
-        kind = ev.kind
-        if kind == names.TOOL_REQUESTED:
-            self._class[ck] = class_of(ev.tool or "", ev.attrs.get("class")).value
-            return None
-        if kind == names.TOOL_STARTED:
-            ex = self._exec.get(ck)
-            if ex is None:
-                ex = self._exec[ck] = self._start_exec(ev, ck)
-            return ex.ids
-        stop = self._stops.get((ev.session, ev.turn or "")) if self._stops else None
-        if kind in _RELEASES:
-            return self._release(ev, ck, stop)
-        if kind == names.TOOL_REFUSED:
-            self._class.pop(ck, None)  # never starts, never released: forget it now
-            return None
-        if stop is not None:
-            if kind == names.TOOLS_ABORT_SENT:
-                return _ids(self._start_abort(ev, ck, stop))
-            if kind == names.TOOL_GRACE_EXPIRED and ev.call in stop.tools:
-                stop.tools[ev.call].add_event("grace.expired", timestamp=_ns(ev))
-                return _ids(stop.tools[ev.call])
-        ex = self._exec.get(ck)
-        return ex.ids if ex is not None else None
+    # --- calls ---
 
-    def _start_exec(self, ev: Event, ck: tuple[str, str]) -> _Exec:
-        cls = self._class.get(ck) or class_of(ev.tool or "").value
+    def _on_started(self, st: Step) -> Span:
+        assert st.call is not None
+        key = (st.ev.session, st.call.call)
+        ex = self._exec.get(key)
+        if ex is None:
+            ex = self._exec[key] = self._start_exec(st.ev, st.call)
+        return ex.span
+
+    def _on_abort_sent(self, st: Step) -> Span | None:
+        stop = self._stops.get(st.ev.session)
+        if stop is None or st.call is None:
+            return None
+        return self._start_abort(st.ev, st.call, stop)
+
+    def _on_grace_expired(self, st: Step) -> Span | None:
+        stop = self._stops.get(st.ev.session)
+        span = stop.tools.get(st.call.call) if stop is not None and st.call is not None else None
+        if span is not None:
+            span.add_event("grace.expired", timestamp=_ns(st.ev))
+        return span
+
+    def _start_exec(self, ev: Event, call: CallState) -> _Exec:
+        cls = call.tool_class or ToolClass.EXTENSION.value
         span = self.tracer.start_span(
             f"{names.SPAN_EXECUTE_TOOL_PREFIX} {ev.tool}",
             start_time=_ns(ev),
@@ -210,49 +236,72 @@ class SpanBuilder:
             attributes={
                 names.A_GENAI_OPERATION: names.GENAI_OPERATION_EXECUTE_TOOL,
                 names.A_GENAI_TOOL_NAME: ev.tool or "",
-                names.A_GENAI_TOOL_CALL_ID: ck[1],
+                names.A_GENAI_TOOL_CALL_ID: call.call,
                 names.A_GENAI_TOOL_TYPE: _TOOL_TYPE.get(cls, "function"),
                 names.A_GENAI_CONVERSATION: ev.session,
                 names.A_TOOL_CLASS: cls,
             },
         )
-        pid = ev.attrs.get("pid")
-        if pid is not None:
-            span.set_attribute("process.pid", int(pid))
+        if call.pid is not None:
+            span.set_attribute(names.A_PROCESS_PID, int(call.pid))
         return _Exec(span, _ids(span))
 
-    def _start_abort(self, ev: Event, ck: tuple[str, str], stop: _Stop) -> Span:
-        ex = self._exec.get(ck)
+    def _start_abort(self, ev: Event, call: CallState, stop: _Stop) -> Span:
+        ex = self._exec.get((ev.session, call.call))
         links = [Link(ex.span.get_span_context())] if ex is not None else []
         parent = stop.walk or stop.agent_abort or stop.root
         span = self._child(names.SPAN_TOOLS_ABORT, parent, ev, kind=SpanKind.CLIENT, links=links)
         span.set_attributes(
             {
                 names.A_GENAI_TOOL_NAME: ev.tool or "",
-                names.A_GENAI_TOOL_CALL_ID: ck[1],
-                names.A_POLICY: str(ev.attrs.get("policy", "")),
-                names.A_TOOL_CLASS: str(ev.attrs.get("class", "")),
+                names.A_GENAI_TOOL_CALL_ID: call.call,
+                names.A_POLICY: call.policy or "",
+                names.A_TOOL_CLASS: call.tool_class or "",
             }
         )
-        stop.tools[ck[1]] = span
+        stop.tools[call.call] = span
         return span
 
-    def _release(
-        self, ev: Event, ck: tuple[str, str], stop: _Stop | None
-    ) -> tuple[str, str] | None:
-        outcome = str(ev.attrs.get("outcome", ""))
-        ex = self._exec.pop(ck, None)
-        self._class.pop(ck, None)
+    def _on_released(self, st: Step) -> Span | None:
+        """The call's spans end; the event is stamped with its tools.abort span, if it had one."""
+        call, ev = st.call, st.ev
+        assert call is not None
+        outcome = call.outcome or ""
+        failed = outcome == Outcome.FAILED.value
+        ex = self._exec.pop((ev.session, call.call), None)
         if ex is not None:
             ex.span.set_attribute(names.A_OUTCOME, outcome)
-            if outcome == "failed":
+            if failed:
                 ex.span.set_attribute(names.A_ERROR_TYPE, str(ev.attrs.get("error", "failed")))
             ex.span.end(_ns(ev))
-        abort_span = stop.tools.pop(ck[1], None) if stop is not None else None
+        stop = self._stops.get(ev.session)
+        abort_span = stop.tools.pop(call.call, None) if stop is not None else None
         if abort_span is not None:
             abort_span.set_attribute(names.A_OUTCOME, outcome)
-            if outcome == "failed":  # the abort itself failed: the host could not stop it
+            if failed:  # the abort itself failed: the host could not stop it
                 abort_span.set_attribute(names.A_ERROR_TYPE, "tool_failed_during_abort")
             abort_span.end(_ns(ev))
-            return _ids(abort_span)
-        return ex.ids if ex is not None else None
+            return abort_span
+        return ex.span if ex is not None else None
+
+
+def _end_all(stop: _Stop, end: int) -> None:
+    for span in (*stop.tools.values(), stop.walk, stop.settle, stop.agent_abort, stop.root):
+        if span is not None and span.is_recording():
+            span.end(end)
+
+
+_ON_MOVE: Mapping[Move, Callable[[SpanBuilder, Step], Span | None]] = {
+    Move.TURN: SpanBuilder._on_turn,
+    Move.STOP: SpanBuilder._on_stop,
+    Move.RPC: SpanBuilder._on_rpc,
+    Move.JOINED: SpanBuilder._on_joined,
+    Move.WALK: SpanBuilder._on_walk,
+    Move.SETTLED: SpanBuilder._on_settled,
+    Move.RETURNED: SpanBuilder._on_returned,
+    Move.CLEARED: SpanBuilder._on_cleared,
+    Move.STARTED: SpanBuilder._on_started,
+    Move.ABORT_SENT: SpanBuilder._on_abort_sent,
+    Move.GRACE_EXPIRED: SpanBuilder._on_grace_expired,
+    Move.RELEASED: SpanBuilder._on_released,
+}

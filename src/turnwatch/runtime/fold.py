@@ -1,0 +1,483 @@
+"""The stop path, read from events once: every consumer's rules in one place.
+
+Spans, metrics, the ledger's summary rows (and through them ``sessions`` and the watchdog),
+``explain`` and the invariant checker all read the same event stream. They used to decide
+separately where a stop starts, what releases a call and what a missing outcome means, and their
+answers drifted. Here those rules are written once: :class:`Fold` turns each event into a
+:class:`Step` — the :class:`Move` (or moves) it made on the stop path, and the session and call
+state after it — and a consumer dispatches on the moves, never on event kinds.
+
+The rules:
+
+- A stop begins at ``stop.clicked`` or at the first ``agent.abort`` the runtime *accepted*
+  (``receipt`` accepted, or absent in a foreign stream); any other receipt joins a stop that began,
+  and starts none.
+- A call is released once: by ``tool.finished``, ``tool.result.discarded`` or ``tool.refused``,
+  whichever comes first; a later ``tool.finished`` is a late answer, not a release.
+- A release without ``attrs.outcome`` (a foreign stream) gets its kind's: ``completed``,
+  ``discarded``, ``refused``.
+- An event of an older turn does not move the session; one that names another tool or turn than
+  its call's does not move the call (invariant 4: it is reported, as :attr:`Move.CROSSED`).
+
+The state is plain data whose fields are the ledger's summary columns, so the ledger writer
+folds into rows it reads from and writes back to SQLite, and an in-memory fold (spans, metrics,
+``explain``) holds the same values for the same stream.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any
+
+import orjson
+
+from turnwatch import names
+from turnwatch.runtime.events import Event
+from turnwatch.runtime.model import POLICY_OF, Outcome, Receipt, class_of
+
+__all__ = ["CallState", "Fold", "Move", "SessionState", "Step"]
+
+
+class Move(Enum):
+    """What one event did on the stop path."""
+
+    SESSION = "session"  # a runtime announced itself for the session
+    TURN = "turn"  # a turn started: the session is processing
+    STOP = "stop"  # a stop began (the click, or the first accepted agent.abort)
+    RPC = "rpc"  # the stop's agent.abort arrived
+    JOINED = "joined"  # another agent.abort joined a stop under way
+    WALK = "walk"  # the abort walk started
+    SETTLED = "settled"  # the turn settled (first time)
+    RETURNED = "returned"  # an agent.abort that was not a join returned
+    CLEARED = "cleared"  # processing cleared: the UI is idle
+    REQUESTED = "requested"
+    PROMPTED = "prompted"  # a permission prompt opened
+    GRANTED = "granted"
+    DENIED = "denied"
+    CANCELLED = "cancelled"  # a stop closed the prompt: it can never be approved
+    STARTED = "started"
+    PROGRESS = "progress"
+    ABORT_SENT = "abort_sent"  # the call's tools.abort (first time)
+    GRACE_EXPIRED = "grace_expired"
+    RELEASED = "released"  # the runtime stopped holding the call (first end)
+    LATE = "late"  # the host answered after the call was released
+    REAPED = "reaped"  # processes the call left running were ended
+    CROSSED = "crossed"  # the event names another tool or turn than its call's
+    FINDING = "finding"
+    RECOVERED = "recovered"
+
+
+@dataclass(slots=True)
+class SessionState:
+    """A session's live (or last) turn and its stop: the ledger's ``sessions`` columns."""
+
+    session: str
+    runtime_pid: int | None = None
+    runtime_create_time: float | None = None
+    control: str | None = None
+    mode: str | None = None
+    turn: str | None = None
+    turn_started: float | None = None
+    processing: int = 0
+    stop_ts: float | None = None
+    stop_source: str | None = None
+    rpc_pending: int = 0
+    settled_ts: float | None = None
+    outcome: str | None = None
+    cleared_ts: float | None = None
+    last_ts: float | None = None
+    #: When the stop's own agent.abort arrived (None: a click not yet followed by one).
+    rpc_ts: float | None = None
+    walk_ts: float | None = None
+    #: The stop's start on the monotonic clock, when its producer had one (exact durations).
+    stop_mono: int | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """True once a stop began for the current turn."""
+        return self.stop_ts is not None
+
+
+@dataclass(slots=True)
+class CallState:
+    """One call. Fields are the ledger's ``calls`` columns (``tool_class`` is ``class``)."""
+
+    session: str
+    call: str
+    turn: str | None = None
+    tool: str | None = None
+    tool_class: str | None = None
+    policy: str | None = None
+    requested_ts: float | None = None
+    started_ts: float | None = None
+    pid: int | None = None
+    create_time: float | None = None
+    abort_ts: float | None = None
+    ended_ts: float | None = None
+    outcome: str | None = None
+    last_progress_ts: float | None = None
+    prompt_open: int = 0
+    reaped_ts: float | None = None
+    late_ts: float | None = None
+    granted_ts: float | None = None
+    containment: str | None = None
+    cgroup: str | None = None
+    #: JSON ``[[pid, start time], ...]``: processes the call left running when it finished.
+    lingering: str | None = None
+    procs_live: int | None = None
+    abort_mono: int | None = None
+    #: When the host's own answer (``tool.finished``) came, if it did.
+    done_ts: float | None = None
+
+    @property
+    def released(self) -> bool:
+        """The runtime no longer holds the call."""
+        return self.ended_ts is not None
+
+    @property
+    def running(self) -> bool:
+        """Started and the host has not answered: its side effects may still happen."""
+        return self.started_ts is not None and self.done_ts is None
+
+
+SESSION_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
+#: The ``calls`` columns, in the state's field order (``tool_class`` is stored as ``class``).
+CALL_COLUMNS: tuple[str, ...] = tuple(
+    "class" if f.name == "tool_class" else f.name for f in fields(CallState)
+)
+
+
+@dataclass(slots=True)
+class Step:
+    """One event read: what it did, and the state it left. ``call`` is None for session events."""
+
+    moves: tuple[Move, ...]
+    ev: Event
+    session: SessionState
+    call: CallState | None
+
+
+class Store:
+    """Where a fold keeps its state: in memory here; the ledger writer keeps rows it syncs.
+
+    ``max_released`` bounds a long-running reader's memory (spans and metrics of a watchdog
+    that runs for weeks): past it, the oldest released calls are forgotten. A late event of a
+    forgotten call then reads as a call first seen, which only a stream that late can notice.
+    """
+
+    def __init__(self, max_released: int | None = None) -> None:
+        self.sessions: dict[str, SessionState] = {}
+        self.calls: dict[tuple[str, str], CallState] = {}
+        self.max_released = max_released
+        self._released: deque[tuple[str, str]] = deque()
+
+    def released(self, c: CallState) -> None:
+        """``c`` was just released: forget the oldest released calls past the bound."""
+        if self.max_released is None:
+            return
+        self._released.append((c.session, c.call))
+        while len(self._released) > self.max_released:
+            self.calls.pop(self._released.popleft(), None)
+
+    def session(self, session: str) -> SessionState:
+        s = self.sessions.get(session)
+        if s is None:
+            s = self.sessions[session] = SessionState(session)
+        return s
+
+    def call(self, ev: Event) -> CallState:
+        assert ev.call is not None
+        key = (ev.session, ev.call)
+        c = self.calls.get(key)
+        if c is None:
+            # A call first seen by a later event (a foreign stream without tool.requested):
+            # its class is the tool's own, or extension.
+            cls = class_of(ev.tool or "")
+            c = self.calls[key] = CallState(
+                ev.session, ev.call, ev.turn, ev.tool, cls.value, POLICY_OF[cls].value
+            )
+        return c
+
+
+_NONE: tuple[Move, ...] = ()
+_RELEASED = (Move.RELEASED,)
+#: What a long-running reader (spans, metrics) keeps of calls already released.
+MAX_RELEASED = 10_000
+_ACCEPTED = (None, Receipt.ACCEPTED.value)
+_DEFAULT_OUTCOME = {
+    names.TOOL_FINISHED: Outcome.COMPLETED.value,
+    names.TOOL_RESULT_DISCARDED: Outcome.DISCARDED.value,
+    names.TOOL_REFUSED: Outcome.REFUSED.value,
+}
+
+
+class Fold:
+    """Reads events in order into the stop-path model. Call it with each event."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store if store is not None else Store()
+
+    def __call__(self, ev: Event) -> Step:
+        s = self.store.session(ev.session)
+        if s.last_ts is None or ev.ts_unix > s.last_ts:
+            s.last_ts = ev.ts_unix
+        on_session = _SESSION_RULES.get(ev.kind)
+        if on_session is not None:
+            return Step(on_session(s, ev), ev, s, None)
+        if ev.call is None:
+            return Step(_NONE, ev, s, None)
+        c = self.store.call(ev)
+        if (ev.tool is not None and ev.tool != c.tool) or (
+            ev.turn is not None and ev.turn != c.turn
+        ):
+            return Step((Move.CROSSED,), ev, s, c)
+        on_call = _CALL_RULES.get(ev.kind)
+        moves = on_call(c, ev, s) if on_call is not None else _NONE
+        if moves is _RELEASED:
+            self.store.released(c)
+        if (
+            s.settled_ts is not None
+            and c.turn == s.turn
+            and ev.kind in _ACTIVITY
+            and ev.ts_unix > s.settled_ts
+        ):
+            c.late_ts = c.late_ts or ev.ts_unix  # the call did something after its turn settled
+        return Step(moves, ev, s, c)
+
+    def feed(self, events: Iterable[Event]) -> list[Step]:
+        """Every step of ``events``, in order."""
+        return [self(ev) for ev in events]
+
+    @property
+    def sessions(self) -> Mapping[str, SessionState]:
+        return self.store.sessions
+
+    @property
+    def calls(self) -> Mapping[tuple[str, str], CallState]:
+        return self.store.calls
+
+    def turn_over(self, c: CallState) -> bool:
+        """True when the call's turn has settled (or a later turn has started)."""
+        s = self.store.sessions.get(c.session)
+        if s is None or s.turn is None:
+            return False
+        return c.turn != s.turn or s.settled_ts is not None
+
+
+_ACTIVITY = frozenset({names.TOOL_STARTED, names.TOOL_PROGRESS, names.TOOL_FINISHED})
+
+
+# --- session rules ---
+
+
+def _runtime(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    a = ev.attrs
+    s.runtime_pid = a.get("pid")
+    s.runtime_create_time = a.get("create_time")
+    s.control = a.get("control")
+    s.mode = a.get("mode") or s.mode
+    return (Move.SESSION,)
+
+
+def _older(s: SessionState, ev: Event) -> bool:
+    """An event of an older turn (a late result): it does not move the session."""
+    return ev.turn is not None and s.turn is not None and ev.turn != s.turn
+
+
+def _turn(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    s.turn = ev.turn
+    s.turn_started = ev.ts_unix
+    s.processing = 1
+    s.stop_ts = s.stop_source = s.settled_ts = s.outcome = s.cleared_ts = None
+    s.rpc_ts = s.walk_ts = s.stop_mono = None
+    s.rpc_pending = 0
+    return (Move.TURN,)
+
+
+def _begin(s: SessionState, ev: Event) -> None:
+    s.stop_ts = ev.ts_unix
+    s.stop_mono = ev.mono_ns
+    s.stop_source = ev.attrs.get("source")
+
+
+def _clicked(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    if _older(s, ev) or s.stopped:
+        return _NONE
+    _begin(s, ev)
+    return (Move.STOP,)
+
+
+def _received(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    if _older(s, ev):
+        return _NONE
+    s.rpc_pending = 1
+    if ev.attrs.get("receipt") not in _ACCEPTED:
+        return (Move.JOINED,) if s.stopped else _NONE
+    if not s.stopped:
+        _begin(s, ev)
+        s.rpc_ts = ev.ts_unix
+        return (Move.STOP, Move.RPC)
+    if s.rpc_ts is None:
+        s.rpc_ts = ev.ts_unix
+        return (Move.RPC,)
+    return (Move.JOINED,)
+
+
+def _walk(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    if _older(s, ev) or s.walk_ts is not None:
+        return _NONE
+    s.walk_ts = ev.ts_unix
+    return (Move.WALK,)
+
+
+def _settled(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    if _older(s, ev) or s.settled_ts is not None:
+        return _NONE
+    s.settled_ts = ev.ts_unix
+    s.outcome = ev.attrs.get("outcome")
+    return (Move.SETTLED,)
+
+
+def _returned(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    if _older(s, ev):
+        return _NONE
+    s.rpc_pending = 0
+    return _NONE if ev.attrs.get("receipt") == Receipt.JOINED.value else (Move.RETURNED,)
+
+
+def _cleared(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    if _older(s, ev):
+        return _NONE
+    s.processing = 0
+    s.cleared_ts = ev.ts_unix
+    return (Move.CLEARED,)
+
+
+def _finding(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    return (Move.FINDING,)
+
+
+def _recovered(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    return (Move.RECOVERED,)
+
+
+_SESSION_RULES: Mapping[str, Callable[[SessionState, Event], tuple[Move, ...]]] = {
+    names.RUNTIME_STARTED: _runtime,
+    names.TURN_STARTED: _turn,
+    names.STOP_CLICKED: _clicked,
+    names.ABORT_RPC_RECEIVED: _received,
+    names.ABORT_WALK_STARTED: _walk,
+    names.TURN_SETTLED: _settled,
+    names.ABORT_RPC_RETURNED: _returned,
+    names.PROCESSING_CLEARED: _cleared,
+    # The watchdog's own events name a call, but are about the session: they move no call.
+    names.WATCHDOG_FINDING: _finding,
+    names.WATCHDOG_RECOVERED: _recovered,
+}
+
+
+# --- call rules ---
+
+
+def _requested(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    cls = class_of(ev.tool or "", ev.attrs.get("class"))
+    c.tool_class, c.policy, c.requested_ts = cls.value, POLICY_OF[cls].value, ev.ts_unix
+    return (Move.REQUESTED,)
+
+
+def _prompted(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    c.prompt_open = 1
+    return (Move.PROMPTED,)
+
+
+def _granted(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    c.prompt_open = 0
+    c.granted_ts = ev.ts_unix
+    return (Move.GRANTED,)
+
+
+def _denied(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    c.prompt_open = 0
+    return (Move.DENIED,)
+
+
+def _cancelled(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    c.prompt_open = 0
+    return (Move.CANCELLED,)
+
+
+def _started(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    a = ev.attrs
+    c.started_ts = ev.ts_unix
+    if a.get("pid") is not None:
+        c.pid, c.create_time, c.procs_live = a.get("pid"), a.get("create_time"), 1
+    c.containment, c.cgroup = a.get("containment"), a.get("cgroup")
+    if c.cgroup is not None:
+        c.procs_live = 1
+    return (Move.STARTED,)
+
+
+def _progress(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    c.last_progress_ts = ev.ts_unix
+    return (Move.PROGRESS,)
+
+
+def _abort_sent(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    if c.abort_ts is not None:
+        return _NONE
+    c.abort_ts, c.abort_mono = ev.ts_unix, ev.mono_ns
+    return (Move.ABORT_SENT,)
+
+
+def _grace_expired(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    return (Move.GRACE_EXPIRED,)
+
+
+def _ended(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    a = ev.attrs
+    if ev.kind == names.TOOL_FINISHED:
+        c.done_ts = c.done_ts or ev.ts_unix
+        if "status" in a:
+            # The host's own answer: it returned once its processes were gone, except those it
+            # names as lingering (they belong to the call until someone ends them).
+            left = a.get("lingering")
+            c.lingering = orjson.dumps(list(left), default=str).decode() if left else None
+            c.procs_live = 1 if left else 0
+    if c.ended_ts is not None:
+        if ev.kind != names.TOOL_FINISHED:
+            return _NONE
+        c.late_ts = ev.ts_unix  # a second end: a result that outlived the runtime's wait
+        return (Move.LATE,)
+    c.ended_ts = ev.ts_unix
+    c.outcome = a.get("outcome") or _DEFAULT_OUTCOME[ev.kind]
+    return _RELEASED
+
+
+def _reaped(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    c.reaped_ts, c.procs_live = ev.ts_unix, 0
+    return (Move.REAPED,)
+
+
+_CALL_RULES: Mapping[str, Callable[[CallState, Event, SessionState], tuple[Move, ...]]] = {
+    names.TOOL_REQUESTED: _requested,
+    names.PERMISSION_REQUESTED: _prompted,
+    names.PERMISSION_GRANTED: _granted,
+    names.PERMISSION_DENIED: _denied,
+    names.PERMISSION_CANCELLED: _cancelled,
+    names.TOOL_STARTED: _started,
+    names.TOOL_PROGRESS: _progress,
+    names.TOOLS_ABORT_SENT: _abort_sent,
+    names.TOOL_GRACE_EXPIRED: _grace_expired,
+    names.TOOL_FINISHED: _ended,
+    names.TOOL_RESULT_DISCARDED: _ended,
+    names.TOOL_REFUSED: _ended,
+    names.PROCESS_REAPED: _reaped,
+}
+
+
+def state_values(state: Any, columns: tuple[str, ...]) -> tuple[Any, ...]:
+    """A state's values in column order (``class`` read from ``tool_class``)."""
+    return tuple(getattr(state, "tool_class" if k == "class" else k) for k in columns)
