@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,3 +103,21 @@ def test_tool_labels_fold_extensions() -> None:
 def test_bad_address_is_a_clear_error(registry: CollectorRegistry) -> None:
     with pytest.raises(ValueError, match="expected HOST:PORT"):
         http.serve(registry, "9464")
+
+
+@pytest.mark.prometheus
+def test_the_exposition_passes_promtool_lint(registry: CollectorRegistry, endpoint: str) -> None:
+    """Every family, the scrape-time gauges and the lost-events counter, as promtool reads them."""
+    from tests.dashboards.test_dashboards import need
+
+    StopMetrics(registry)
+    registry.register(LiveCollector(lambda: LiveState({"grace": 1}, 0, 0, events_lost=3)))
+    req = urllib.request.Request(endpoint, headers={"Accept": "text/plain"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        text = resp.read().decode()
+    assert f"# TYPE {names.M_EVENTS_LOST}_total counter" in text
+    assert f"{names.M_EVENTS_LOST}_total 3.0" in text
+    lint = subprocess.run(
+        [need("promtool"), "check", "metrics"], input=text, capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -8,12 +8,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tests.conftest import Procs, wait_until
 from tests.watchdog.helpers import Recorder, aborted_tree, spawn_tree
 from turnwatch import names
+from turnwatch.exporters.metrics import StopMetrics
+from turnwatch.runtime.model import RecoveryResult
 from turnwatch.runtime.terminate import Pidfds
-from turnwatch.tracing.ledger import Ledger, connect
+from turnwatch.tracing.ledger import Ledger, connect, read_events
 from turnwatch.watchdog.loop import Watchdog
 from turnwatch.watchdog.scan import Config, scan
 from turnwatch.watchdog.signals import Guard, Target
@@ -46,12 +49,27 @@ async def test_aborted_turn_with_a_live_term_ignoring_tree_is_reaped(
     ledger.close()
 
     (action,) = cycle.actions
-    assert action.result == "ok", action
+    assert action.result is RecoveryResult.OK, action
     assert procs.alive() == []  # the leader and the child, SIGKILLed at the grace end
     assert kinds(path) == []  # recorded as reaped: nothing more to do
     conn = connect(path, readonly=True)
     reaped = conn.execute("SELECT count(*) FROM events WHERE kind='process.reaped'").fetchone()
     assert reaped[0] >= len(tree)  # plus any short-lived member (a sleep) it caught
+    # One termination, one recovery record: the SIGTERM step is the watchdog's tools.abort,
+    # so a dashboard's sum by (result) counts it once, under a recovery result.
+    recovered = [e for _s, e in read_events(conn) if e.kind == names.WATCHDOG_RECOVERED]
+    assert [e.attrs["result"] for e in recovered] == [RecoveryResult.OK.value]
+    registry = CollectorRegistry()
+    metrics = StopMetrics(registry)
+    for _s, e in read_events(conn):
+        metrics(e)
+    by_result = {
+        s.labels["result"]: s.value
+        for m in registry.collect()
+        for s in m.samples
+        if s.name == names.M_RECOVERIES + "_total"
+    }
+    assert by_result == {"ok": 1.0, "failed": 0.0, "refused": 0.0}
 
 
 async def test_a_decoy_carrying_a_copied_marker_is_never_signalled(

@@ -243,6 +243,7 @@ def recover(
 ) -> None:
     """The abort walk for one pinned session, saying each action before taking it."""
     from turnwatch.cli.watchcmd import make_watchdog
+    from turnwatch.runtime.model import RecoveryResult
     from turnwatch.tracing.view import session_ids
 
     conn = read_conn(ledger)
@@ -277,7 +278,7 @@ def recover(
         dog_ledger.close()
     for a in done:
         console.print(f"• {a.finding.kind}: {a.action} → {a.result} {a.detail}")
-    if any(a.result in ("failed", "refused") for a in done):
+    if any(a.result in (RecoveryResult.FAILED, RecoveryResult.REFUSED) for a in done):
         raise typer.Exit(EXIT_FINDINGS)
 
 

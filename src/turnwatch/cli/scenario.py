@@ -32,6 +32,7 @@ from turnwatch.runtime import (
     Receipt,
     Runtime,
 )
+from turnwatch.runtime.model import RecoveryResult
 from turnwatch.runtime.tools.mcp import McpServerConfig
 from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.tracing.ledger import Ledger
@@ -140,7 +141,7 @@ async def watchdog_recovers(
         ledger.flush()
         cycle = await dog.cycle()
         for a in cycle.actions:
-            if a.finding.session == session and a.result == "ok":
+            if a.finding.session == session and a.result is RecoveryResult.OK:
                 say(f"watchdog: {a.finding.kind} in {session} → {a.action} ({a.detail})")
                 return True
         await asyncio.sleep(0.1)

@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import MAX_RELEASED, Fold, Move, Step, Store
-from turnwatch.runtime.model import BUILTIN_CLASSES, Outcome
+from turnwatch.runtime.model import BUILTIN_CLASSES, RECORDED_RESULTS, Outcome, Policy
 
 #: Fine below 10 ms (race releases in µs), a boundary on the 10 s grace window, long tail after.
 STOP_BUCKETS = (
@@ -47,7 +47,6 @@ STOP_BUCKETS = (
     1800.0,
 )
 SCAN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
-RECOVERY_RESULTS = ("ok", "failed", "refused", "skipped")
 
 
 def tool_label(tool: str | None) -> str:
@@ -118,8 +117,8 @@ class StopMetrics:
         # the first event, and an alert on failures must see "0 failures", not "no data".
         for kind in names.FINDING_KINDS:
             self.findings.labels(kind=kind)
-        for result in RECOVERY_RESULTS:
-            self.recoveries.labels(result=result)
+        for result in RECORDED_RESULTS:
+            self.recoveries.labels(result=result.value)
         for tool in ("Bash", "GenerateImages"):
             self.grace_expired.labels(tool=tool)
         for tool in ("Read", "Glob", "Grep"):
@@ -209,11 +208,11 @@ class LiveCollector(Collector):
     def __init__(self, source: Callable[[], LiveState]) -> None:
         self.source = source
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         state = self.source()
         inflight = GaugeMetricFamily(names.M_INFLIGHT, "Tool calls in flight.", labels=["policy"])
-        for policy in ("race", "grace", "await"):
-            inflight.add_metric([policy], state.inflight_by_policy.get(policy, 0))
+        for policy in Policy:
+            inflight.add_metric([policy.value], state.inflight_by_policy.get(policy.value, 0))
         yield inflight
         yield GaugeMetricFamily(
             names.M_PINNED, "Sessions pinned processing.", value=state.pinned_sessions
@@ -223,11 +222,10 @@ class LiveCollector(Collector):
             "Turns recorded aborted whose tool process still lives.",
             value=state.aborted_with_live_processes,
         )
-        yield GaugeMetricFamily(
-            names.M_EVENTS_LOST + "_total",
-            "Events the ledger could not write.",
-            value=state.events_lost,
+        # A counter: it only grows while the writer lives (promtool lints a _total gauge).
+        yield CounterMetricFamily(
+            names.M_EVENTS_LOST, "Events the ledger could not write.", value=state.events_lost
         )
 
-    def describe(self) -> Iterable[GaugeMetricFamily]:
+    def describe(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         return []

@@ -124,6 +124,28 @@ class Outcome(StrEnum):
     REFUSED = "refused"  # requested after the stop, never started
     DENIED = "denied"  # the permission was denied
     COMPLETED_AFTER_STOP = "completed_after_stop"  # awaited; finished after cancel was asked
+    LOST_WITH_RUNTIME = "lost_with_runtime"  # ran inside a runtime that died (watchdog's record)
+
+
+class RecoveryResult(StrEnum):
+    """What a watchdog recovery came to (``watchdog.recovered``'s ``attrs.result``)."""
+
+    OK = "ok"
+    FAILED = "failed"  # tried, and something is still held (named in ``error``/``survivors``)
+    REFUSED = "refused"  # not tried: the target failed the identity checks
+    SKIPPED = "skipped"  # nothing to do (already gone), or the rate limit held it back
+    # Never recorded, only returned: what a dry run would do, what is reported only.
+    DRY_RUN = "dry_run"
+    REPORT_ONLY = "report_only"
+
+    @property
+    def recorded(self) -> bool:
+        """True for the results a ``watchdog.recovered`` event may carry."""
+        return self in RECORDED_RESULTS
+
+
+#: The results ``watchdog.recovered`` records, each a series of the recoveries counter.
+RECORDED_RESULTS = (RecoveryResult.OK, RecoveryResult.FAILED, RecoveryResult.REFUSED)
 
 
 class TurnOutcome(StrEnum):

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from turnwatch import names
 from turnwatch.runtime.events import EventSink, now_event
+from turnwatch.runtime.model import RecoveryResult
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.tracing.ledger import connect
-from turnwatch.watchdog.recover import Action, Recoverer
+from turnwatch.watchdog.recover import Recoverer, Recovery
 from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, ScanResult, scan
 from turnwatch.watchdog.signals import Guard
 
@@ -37,13 +38,17 @@ class Cycle:
     """One pass of the loop."""
 
     findings: list[Finding] = field(default_factory=list)
-    actions: list[Action] = field(default_factory=list)
+    actions: list[Recovery] = field(default_factory=list)
     duration_s: float = 0.0
 
     @property
     def unresolved(self) -> list[Finding]:
         """Findings no action resolved (exit 1 for ``watch --once``)."""
-        done = {id(a.finding) for a in self.actions if a.result in ("ok", "skipped")}
+        done = {
+            id(a.finding)
+            for a in self.actions
+            if a.result in (RecoveryResult.OK, RecoveryResult.SKIPPED)
+        }
         return [f for f in self.findings if id(f) not in done]
 
 
@@ -137,7 +142,7 @@ class Watchdog:
         out.duration_s = time.perf_counter() - started
         return out
 
-    async def act(self, findings: list[Finding], *, dry_run: bool | None = None) -> list[Action]:
+    async def act(self, findings: list[Finding], *, dry_run: bool | None = None) -> list[Recovery]:
         """Recover what can be (one action per session or process), report the rest.
 
         ``dry_run`` overrides the watchdog's own setting for this call (plan, then act).
@@ -149,9 +154,11 @@ class Watchdog:
             actions = []
             for f in _one_per_target(findings):
                 if f.kind not in _RECOVERABLE:
-                    actions.append(Action(f, f.action, "report_only"))
+                    actions.append(Recovery(f, f.action, RecoveryResult.REPORT_ONLY))
                 elif not self.recoverer.dry_run and not self._allowed():
-                    actions.append(Action(f, f.action, "skipped", "rate limit reached"))
+                    actions.append(
+                        Recovery(f, f.action, RecoveryResult.SKIPPED, "rate limit reached")
+                    )
                 else:
                     actions.append(await self.recoverer.recover(f))
             return actions

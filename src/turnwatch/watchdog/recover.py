@@ -20,11 +20,12 @@ from turnwatch import names
 from turnwatch.runtime import terminate
 from turnwatch.runtime.cgroup import CallCgroup
 from turnwatch.runtime.events import EventSink, now_event
+from turnwatch.runtime.model import Outcome, Policy, RecoveryResult, StopSource, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.tracing import codec, view
 from turnwatch.watchdog import control_client
 from turnwatch.watchdog.procs import ProcessTable
-from turnwatch.watchdog.scan import Finding
+from turnwatch.watchdog.scan import Action, Finding
 from turnwatch.watchdog.signals import Guard, Target, candidates, members
 
 #: How long after SIGKILL (or cgroup.kill) recovery waits to see every target gone.
@@ -33,21 +34,25 @@ HANDLERS = "run the policy handlers (the runtime is gone)"
 
 
 @dataclass
-class Action:
+class Recovery:
     """What recovery did (or, in a dry run, would do) about one finding."""
 
     finding: Finding
-    action: str
-    result: str  # ok, failed, refused, skipped, dry_run, report_only
+    action: str  # what was done, in words: "cgroup.kill /sys/fs/cgroup/…", "call abort() …"
+    result: RecoveryResult
     detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.finding.to_json(),
             "action": self.action,
-            "result": self.result,
+            "result": self.result.value,
             "detail": self.detail,
         }
+
+
+R = RecoveryResult
+_NEVER_SIGNALLED = "never abandoned, never signalled"
 
 
 class Recoverer:
@@ -78,25 +83,27 @@ class Recoverer:
         self.sink(now_event(kind, f.session, turn=f.turn, call=f.call, tool=f.tool, attrs=attrs))
         self.flush()
 
-    async def recover(self, f: Finding) -> Action:
+    async def recover(self, f: Finding) -> Recovery:
         if f.kind in (names.F_PINNED_SESSION, names.F_ABORT_RPC_STUCK):
             return await self._walk(f)
         if f.kind in (names.F_ABORTED_WITH_LIVE_PROCESS, names.F_ORPHAN_TOOL_PROCESS):
-            if f.policy != "grace":  # a mutating or extension call: awaited, never abandoned
-                return Action(f, "report", "report_only", "never abandoned, never signalled")
+            if (
+                f.policy != Policy.GRACE.value
+            ):  # a mutating or extension call: awaited, never abandoned
+                return Recovery(f, Action.REPORT_AWAITED, R.REPORT_ONLY, _NEVER_SIGNALLED)
             return await self._terminate(f)
-        return Action(f, "report", "report_only", "never abandoned, never signalled")
+        return Recovery(f, f.action, R.REPORT_ONLY, "reported, not acted on")
 
     # --- the abort walk ---
 
-    async def _walk(self, f: Finding) -> Action:
+    async def _walk(self, f: Finding) -> Recovery:
         conn = self.conn_factory()
         try:
             rows = view.sessions(conn, only=f.session)
         finally:
             conn.close()
         if not rows:
-            return Action(f, "abort walk", "skipped", "session no longer in the ledger")
+            return Recovery(f, Action.ABORT_WALK, R.SKIPPED, "session no longer in the ledger")
         row = rows[0]
         table = ProcessTable.scan({p for p in [row.runtime_pid] if p})
         runtime_alive = table.alive(row.runtime_pid, row.runtime_create_time)
@@ -108,15 +115,15 @@ class Recoverer:
         elif not runtime_alive and row.runtime_pid is not None:
             how = HANDLERS
         else:
-            return Action(
+            return Recovery(
                 f,
-                "abort walk",
-                "failed",
+                Action.ABORT_WALK,
+                R.FAILED,
                 f"runtime pid {row.runtime_pid} is alive but has no control endpoint",
             )
         self.say(f"{f.session}: {how}")
         if self.dry_run:
-            return Action(f, how, "dry_run")
+            return Recovery(f, how, R.DRY_RUN)
         try:
             if how == HANDLERS:
                 return await self._settle_for_dead_runtime(f, row)
@@ -127,12 +134,12 @@ class Recoverer:
                 assert row.control is not None
                 receipt = await asyncio.to_thread(control_client.abort, row.control, f.session)
         except (control_client.ControlError, OSError) as exc:
-            self.record(names.WATCHDOG_RECOVERED, f, result="failed", action=how, error=str(exc))
-            return Action(f, how, "failed", str(exc))
-        self.record(names.WATCHDOG_RECOVERED, f, result="ok", action=how, receipt=receipt)
-        return Action(f, how, "ok", f"receipt {receipt}")
+            self.record(names.WATCHDOG_RECOVERED, f, result=R.FAILED, action=how, error=str(exc))
+            return Recovery(f, how, R.FAILED, str(exc))
+        self.record(names.WATCHDOG_RECOVERED, f, result=R.OK, action=how, receipt=receipt)
+        return Recovery(f, how, R.OK, f"receipt {receipt}")
 
-    async def _settle_for_dead_runtime(self, f: Finding, row: view.SessionView) -> Action:
+    async def _settle_for_dead_runtime(self, f: Finding, row: view.SessionView) -> Recovery:
         how = HANDLERS
         held: list[str] = []
         for c in row.calls:
@@ -150,14 +157,17 @@ class Recoverer:
                 cgroup=c.cgroup,
                 lingering=tuple(c.lingering),
             )
-            if c.policy == "grace" and (
+            if c.policy == Policy.GRACE.value and (
                 c.cgroup is not None or (c.pid is not None and c.create_time is not None)
             ):
                 await self._terminate(cf)
-                self.record(names.TOOL_FINISHED, cf, outcome="aborted", settled_by="watchdog")
-            elif c.policy == "race":
+                self.record(names.TOOL_FINISHED, cf, outcome=Outcome.ABORTED, settled_by="watchdog")
+            elif c.policy == Policy.RACE.value:
                 self.record(
-                    names.TOOL_RESULT_DISCARDED, cf, outcome="discarded", settled_by="watchdog"
+                    names.TOOL_RESULT_DISCARDED,
+                    cf,
+                    outcome=Outcome.DISCARDED,
+                    settled_by="watchdog",
                 )
             else:
                 table = ProcessTable.scan({c.pid} if c.pid else set())
@@ -165,21 +175,24 @@ class Recoverer:
                     held.append(f"{c.tool} {c.call} (pid {c.pid}) still runs")
                 else:  # it ran inside the runtime, which is dead: it is not running any more
                     self.record(
-                        names.TOOL_FINISHED, cf, outcome="lost_with_runtime", settled_by="watchdog"
+                        names.TOOL_FINISHED,
+                        cf,
+                        outcome=Outcome.LOST_WITH_RUNTIME,
+                        settled_by="watchdog",
                     )
         if held:
             self.record(
-                names.WATCHDOG_RECOVERED, f, result="failed", action=how, error="; ".join(held)
+                names.WATCHDOG_RECOVERED, f, result=R.FAILED, action=how, error="; ".join(held)
             )
-            return Action(f, how, "failed", "not settled: " + "; ".join(held))
+            return Recovery(f, how, R.FAILED, "not settled: " + "; ".join(held))
         for kind, attrs in (
-            (names.TURN_SETTLED, {"outcome": "aborted", "settled_by": "watchdog"}),
+            (names.TURN_SETTLED, {"outcome": TurnOutcome.ABORTED, "settled_by": "watchdog"}),
             (names.ABORT_RPC_RETURNED, {"receipt": "watchdog"}),
             (names.PROCESSING_CLEARED, {"by": "watchdog"}),
         ):
             self.sink(now_event(kind, f.session, turn=f.turn, attrs=attrs))
-        self.record(names.WATCHDOG_RECOVERED, f, result="ok", action=how)
-        return Action(f, how, "ok", "turn recorded settled by the watchdog")
+        self.record(names.WATCHDOG_RECOVERED, f, result=R.OK, action=how)
+        return Recovery(f, how, R.OK, "turn recorded settled by the watchdog")
 
     # --- process termination ---
 
@@ -190,7 +203,7 @@ class Recoverer:
             for r in conn.execute(
                 "SELECT attrs_json FROM events WHERE kind = ? AND session = ? AND call IS ? "
                 "ORDER BY seq DESC",
-                (names.WATCHDOG_RECOVERED, f.session, f.call),
+                (names.TOOLS_ABORT_SENT, f.session, f.call),
             ):
                 attrs = codec.loads_stored(r[0])
                 if attrs.get("step") == "sigterm" and attrs.get("pid") == f.pid:
@@ -199,7 +212,7 @@ class Recoverer:
             conn.close()
         return None
 
-    async def _terminate(self, f: Finding) -> Action:
+    async def _terminate(self, f: Finding) -> Recovery:
         if f.cgroup is not None:
             return await self._kill_cgroup(f, f.cgroup)
         table = ProcessTable.scan()
@@ -217,31 +230,34 @@ class Recoverer:
         marked = candidates(f"{f.session}/{f.call}", table, targets) if f.call else []
         note = f"; {len(marked)} marked process(es) outside it not signalled" if marked else ""
         if not targets:
-            return Action(f, how, "skipped", "already gone" + note)
+            return Recovery(f, how, R.SKIPPED, "already gone" + note)
         # Judged on this scan; each signal is judged again through its own pidfd when sent.
         refused = [t.pid for t in targets if self.guard.refuse(t, table.get(t.pid))]
         if first in refused:
-            if not self.dry_run:  # counted (recoveries{result="refused"}) and reported
+            if not self.dry_run:  # counted (recoveries{result=R.REFUSED}) and reported
                 self.record(
                     names.WATCHDOG_RECOVERED,
                     f,
-                    result="refused",
+                    result=R.REFUSED,
                     action=how,
                     pid=first,
                     refused=refused,
                 )
-            return Action(f, how, "refused", f"pid {first} fails the identity checks")
+            return Recovery(f, how, R.REFUSED, f"pid {first} fails the identity checks")
         targets = [t for t in targets if t.pid not in refused]
         if self.dry_run:
-            return Action(f, how, "dry_run", f"SIGTERM, SIGKILL after {self.grace_s:g} s" + note)
+            return Recovery(f, how, R.DRY_RUN, f"SIGTERM, SIGKILL after {self.grace_s:g} s" + note)
         kill_at = self._journal(f)
         resumed = kill_at is not None
         if kill_at is None:  # not begun before: say so first, then SIGTERM
             kill_at = time.time() + self.grace_s
+            # The watchdog's own tools.abort: the journal a restarted watchdog resumes from,
+            # not a recovery (a "recovered" event here would count every termination twice).
             self.record(
-                names.WATCHDOG_RECOVERED,
+                names.TOOLS_ABORT_SENT,
                 f,
-                result="in_progress",
+                source=StopSource.WATCHDOG,
+                policy=Policy.GRACE,
                 step="sigterm",
                 pid=f.pid,
                 create_time=f.create_time,
@@ -263,7 +279,7 @@ class Recoverer:
                 )
         return self._finished(f, how, ended, refused, note)
 
-    async def _kill_cgroup(self, f: Finding, path: str) -> Action:
+    async def _kill_cgroup(self, f: Finding, path: str) -> Recovery:
         """End a call's cgroup: membership proves every process in it is the call's."""
         how = f"cgroup.kill {path}"
         cg = CallCgroup.at(path)
@@ -273,12 +289,12 @@ class Recoverer:
             return self._refuse(f, how, f"{path} holds the watchdog or one of its ancestors")
         found = cg.members()
         if not found:
-            return Action(f, how, "skipped", "already empty")
+            return Recovery(f, how, R.SKIPPED, "already empty")
         if self.dry_run:
-            return Action(
+            return Recovery(
                 f,
                 how,
-                "dry_run",
+                R.DRY_RUN,
                 f"SIGTERM {len(found)} member(s), cgroup.kill after {self.grace_s:g} s",
             )
         ended = await terminate.terminate(
@@ -289,15 +305,15 @@ class Recoverer:
         self.record(names.PROCESS_REAPED, f, pids=ended.gone, signal=ended.by, cgroup=path)
         return self._finished(f, how, ended, [], "")
 
-    def _refuse(self, f: Finding, how: str, why: str) -> Action:
+    def _refuse(self, f: Finding, how: str, why: str) -> Recovery:
         if not self.dry_run:
-            self.record(names.WATCHDOG_RECOVERED, f, result="refused", action=how, error=why)
-        return Action(f, how, "refused", why)
+            self.record(names.WATCHDOG_RECOVERED, f, result=R.REFUSED, action=how, error=why)
+        return Recovery(f, how, R.REFUSED, why)
 
     def _finished(
         self, f: Finding, how: str, ended: terminate.Ended, refused: list[int], note: str
-    ) -> Action:
-        result = "ok" if not ended.alive else "failed"
+    ) -> Recovery:
+        result = R.OK if not ended.alive else R.FAILED
         self.record(
             names.WATCHDOG_RECOVERED,
             f,
@@ -306,4 +322,4 @@ class Recoverer:
             survivors=ended.alive,
             refused=refused,
         )
-        return Action(f, how, result, f"{len(ended.gone)} gone, {len(ended.alive)} left" + note)
+        return Recovery(f, how, result, f"{len(ended.gone)} gone, {len(ended.alive)} left" + note)

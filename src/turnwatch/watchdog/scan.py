@@ -7,11 +7,13 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from turnwatch import names
 from turnwatch.runtime import cgroup
+from turnwatch.runtime.model import Policy
 from turnwatch.runtime.runtime import DEFAULT_GRACE_S
 from turnwatch.tracing import view
 from turnwatch.tracing.view import CallView, SessionView, Thresholds
@@ -44,6 +46,16 @@ class Config(Thresholds):
 DEFAULT_CONFIG = Config()
 
 
+class Action(StrEnum):
+    """What a finding calls for: the closed set ``recover`` acts on and ``--json`` reports."""
+
+    ABORT_WALK = "abort walk"  # the ADR's walk: in process, by control socket, or by the handlers
+    TERMINATE = "terminate"  # SIGTERM, the grace window, SIGKILL: proven pids only
+    CGROUP_KILL = "cgroup.kill"  # the call's cgroup: membership is the proof
+    REPORT = "report"  # nothing the watchdog may do: people decide
+    REPORT_AWAITED = "report (never abandoned)"  # a mutating or extension call: never signalled
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing that still holds a session, and what recovery would do about it."""
@@ -57,7 +69,7 @@ class Finding:
     create_time: float | None = None
     since: float | None = None
     detail: str = ""
-    action: str = "report"
+    action: Action = Action.REPORT
     policy: str | None = None  # the call's policy: only ``grace`` calls are ever signalled
     cgroup: str | None = None  # the call's cgroup: its membership is the proof, cgroup.kill the end
     lingering: tuple[tuple[int, float], ...] = ()  # processes the call left running (pid, start)
@@ -77,7 +89,7 @@ class Finding:
             "pid": self.pid,
             "since": self.since,
             "detail": self.detail,
-            "action": self.action,
+            "action": self.action.value,
             "cgroup": self.cgroup,
         }
 
@@ -97,7 +109,7 @@ def _about(
     c: CallView,
     since: float | None,
     detail: str = "",
-    action: str = "report",
+    action: Action = Action.REPORT,
 ) -> Finding:
     """A finding about one recorded call."""
     return Finding(
@@ -158,7 +170,9 @@ def scan(
         if c.cgroup is not None or not table.alive(c.pid, c.create_time):
             continue  # a cgroup call is judged by its cgroup, below
         rpid, rct = runtimes.get(session, (None, None))
-        signalable = c.policy == "grace"  # mutating/extension processes are never signalled
+        signalable = (
+            c.policy == Policy.GRACE.value
+        )  # mutating/extension processes are never signalled
         if rpid is not None and not table.alive(rpid, rct):
             out.append(
                 _about(
@@ -167,7 +181,7 @@ def scan(
                     c,
                     c.started_ts,
                     f"{c.tool} pid {c.pid} lives; its runtime pid {rpid} is gone",
-                    "terminate" if signalable else "report (never abandoned)",
+                    Action.TERMINATE if signalable else Action.REPORT_AWAITED,
                 )
             )
         elif signalable and c.abort_ts is not None and _age(now, c.abort_ts) > cfg.past_grace_s:
@@ -180,7 +194,7 @@ def scan(
                     f"{c.tool} pid {c.pid} still alive "
                     f"{_age(now, c.abort_ts) - cfg.grace_s:.0f} s after the grace "
                     "window",
-                    "terminate",
+                    Action.TERMINATE,
                 )
             )
     out += _outliving(conn, cfg, now, table)
@@ -204,7 +218,7 @@ def scan(
                 r["turn"],
                 since=since,
                 detail=why,
-                action="abort walk",
+                action=Action.ABORT_WALK,
             )
         )
         if r["rpc_pending"] and r["settled_ts"] is None:
@@ -215,7 +229,7 @@ def scan(
                     r["turn"],
                     since=since,
                     detail=f"agent.abort pending {_age(now, since):.0f} s",
-                    action="abort walk",
+                    action=Action.ABORT_WALK,
                 )
             )
     for r in conn.execute(
@@ -233,7 +247,7 @@ def scan(
                     c.abort_ts,
                     f"{c.tool} ({c.tool_class}) silent {_age(now, quiet):.0f} s after "
                     "the stop; awaited, never abandoned",
-                    "report (never abandoned)",
+                    Action.REPORT_AWAITED,
                 )
             )
     for r in conn.execute(
@@ -277,7 +291,7 @@ def _outliving(
         "WHERE c.procs_live = 1 AND (c.cgroup IS NOT NULL OR c.lingering IS NOT NULL)"
     ):
         c = view.call_view(r)
-        if c.policy != "grace":
+        if c.policy != Policy.GRACE.value:
             continue  # mutating/extension processes are never signalled (await_overdue says so)
         live = _left_alive(c, table)
         if not live:
@@ -287,7 +301,7 @@ def _outliving(
         else:
             what = f"{len(live)} process(es) it left running live"
         stopped = c.abort_ts or (r["s_stop"] if r["s_turn"] == c.turn else None)
-        action = "cgroup.kill" if c.cgroup is not None else "terminate"
+        action = Action.CGROUP_KILL if c.cgroup is not None else Action.TERMINATE
         if r["s_rpid"] is not None and not table.alive(r["s_rpid"], r["s_rct"]):
             kind, why = names.F_ORPHAN_TOOL_PROCESS, f"its runtime pid {r['s_rpid']} is gone"
         elif stopped is not None and _age(now, stopped) > cfg.past_grace_s:
