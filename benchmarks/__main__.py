@@ -9,7 +9,7 @@ import os
 import platform
 from pathlib import Path
 
-from benchmarks import containment, instructions, modes, stops, tracing, watchdog
+from benchmarks import containment, instructions, modes, startup, stops, tracing, watchdog
 
 
 def main() -> None:
@@ -23,6 +23,7 @@ def main() -> None:
         containment.main,
         tracing.main,
         watchdog.main,
+        startup.main,
         instructions.main,
     ):
         # Each section starts with no garbage of the one before: a full collection of another

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
-from turnwatch.cli.scenario import DemoReport
-from turnwatch.tracing.view import SessionView
+from turnwatch import names
+
+if TYPE_CHECKING:  # the demo pulls in the MCP SDK: a table of sessions must not
+    from turnwatch.cli.scenario import DemoReport
+    from turnwatch.tracing.view import SessionView
 
 _OUTCOME_STYLE = {
     "discarded": "cyan",
@@ -67,13 +73,16 @@ def demo_report(console: Console, report: DemoReport) -> None:
         )
 
 
-_STATE_STYLE = {"idle": "green", "processing": "cyan", "stopping": "yellow", "pinned": "bold red"}
+_STATE_STYLE = {
+    names.STATE_IDLE: "green",
+    names.STATE_PROCESSING: "cyan",
+    names.STATE_STOPPING: "yellow",
+    names.STATE_PINNED: "bold red",
+}
 
 
 def ago(ts: float | None, now: float | None = None) -> str:
     """``3m 12s ago`` style."""
-    import time
-
     if ts is None:
         return "-"
     secs = max(0, int((now or time.time()) - ts))

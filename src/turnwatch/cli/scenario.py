@@ -33,11 +33,11 @@ from turnwatch.runtime import (
     Runtime,
 )
 from turnwatch.runtime.model import RecoveryResult
+from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.runtime.tools.mcp import McpServerConfig
 from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.watchdog.loop import Watchdog
-from turnwatch.watchdog.procs import ProcessTable
 from turnwatch.watchdog.scan import Config
 
 #: A Grep over this many hard links of one file reads for minutes, for the cost of a few links.

@@ -5,41 +5,90 @@ extension calls are awaited, pending permissions are cancelled before they can b
 ``abort()`` walks the in-flight calls itself.
 """
 
-from turnwatch.runtime.control import ControlServer
-from turnwatch.runtime.events import Event, EventSink, FanOut, MemorySink
-from turnwatch.runtime.gate import Answer
-from turnwatch.runtime.host import LocalHost
-from turnwatch.runtime.model import (
-    BUILTIN_CLASSES,
-    POLICY_OF,
-    CallIdReusedError,
-    Mode,
-    Outcome,
-    Phase,
-    Policy,
-    Receipt,
-    StopSource,
-    ToolClass,
-    ToolResult,
-    TurnBusyError,
-    TurnOutcome,
-    TurnwatchError,
-    UnknownSessionError,
-    UnknownTurnError,
-    class_of,
-)
-from turnwatch.runtime.protocol import (
-    AbortRequest,
-    ExecuteRequest,
-    Host,
-    HostResult,
-    HostStatus,
-    Progress,
-    Started,
-)
-from turnwatch.runtime.registry import AbortRecord, AbortRegistry
-from turnwatch.runtime.runtime import DEFAULT_GRACE_S, Runtime
-from turnwatch.runtime.session import CallHandle, Session, Turn
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from turnwatch._lazy import exports
+
+if TYPE_CHECKING:
+    from turnwatch.runtime.control import ControlServer
+    from turnwatch.runtime.events import Event, EventSink, FanOut, MemorySink
+    from turnwatch.runtime.gate import Answer
+    from turnwatch.runtime.host import LocalHost
+    from turnwatch.runtime.model import (
+        BUILTIN_CLASSES,
+        DEFAULT_GRACE_S,
+        POLICY_OF,
+        CallIdReusedError,
+        Mode,
+        Outcome,
+        Phase,
+        Policy,
+        Receipt,
+        StopSource,
+        ToolClass,
+        ToolResult,
+        TurnBusyError,
+        TurnOutcome,
+        TurnwatchError,
+        UnknownSessionError,
+        UnknownTurnError,
+        class_of,
+    )
+    from turnwatch.runtime.protocol import (
+        AbortRequest,
+        ExecuteRequest,
+        Host,
+        HostResult,
+        HostStatus,
+        Progress,
+        Started,
+    )
+    from turnwatch.runtime.registry import AbortRecord, AbortRegistry
+    from turnwatch.runtime.runtime import Runtime
+    from turnwatch.runtime.session import CallHandle, Session, Turn
+
+_WHERE = {
+    "ControlServer": "turnwatch.runtime.control",
+    "Event": "turnwatch.runtime.events",
+    "EventSink": "turnwatch.runtime.events",
+    "FanOut": "turnwatch.runtime.events",
+    "MemorySink": "turnwatch.runtime.events",
+    "Answer": "turnwatch.runtime.gate",
+    "LocalHost": "turnwatch.runtime.host",
+    "BUILTIN_CLASSES": "turnwatch.runtime.model",
+    "POLICY_OF": "turnwatch.runtime.model",
+    "CallIdReusedError": "turnwatch.runtime.model",
+    "Mode": "turnwatch.runtime.model",
+    "Outcome": "turnwatch.runtime.model",
+    "Phase": "turnwatch.runtime.model",
+    "Policy": "turnwatch.runtime.model",
+    "Receipt": "turnwatch.runtime.model",
+    "StopSource": "turnwatch.runtime.model",
+    "ToolClass": "turnwatch.runtime.model",
+    "ToolResult": "turnwatch.runtime.model",
+    "TurnBusyError": "turnwatch.runtime.model",
+    "TurnOutcome": "turnwatch.runtime.model",
+    "TurnwatchError": "turnwatch.runtime.model",
+    "UnknownSessionError": "turnwatch.runtime.model",
+    "UnknownTurnError": "turnwatch.runtime.model",
+    "class_of": "turnwatch.runtime.model",
+    "AbortRequest": "turnwatch.runtime.protocol",
+    "ExecuteRequest": "turnwatch.runtime.protocol",
+    "Host": "turnwatch.runtime.protocol",
+    "HostResult": "turnwatch.runtime.protocol",
+    "HostStatus": "turnwatch.runtime.protocol",
+    "Progress": "turnwatch.runtime.protocol",
+    "Started": "turnwatch.runtime.protocol",
+    "AbortRecord": "turnwatch.runtime.registry",
+    "AbortRegistry": "turnwatch.runtime.registry",
+    "DEFAULT_GRACE_S": "turnwatch.runtime.model",
+    "Runtime": "turnwatch.runtime.runtime",
+    "CallHandle": "turnwatch.runtime.session",
+    "Session": "turnwatch.runtime.session",
+    "Turn": "turnwatch.runtime.session",
+}
 
 __all__ = [
     "BUILTIN_CLASSES",
@@ -81,3 +130,6 @@ __all__ = [
     "UnknownTurnError",
     "class_of",
 ]
+
+
+__getattr__, __dir__ = exports(__name__, _WHERE)

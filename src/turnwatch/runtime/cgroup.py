@@ -17,7 +17,6 @@ it like on any socket: no sleeping, no polling.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import os
@@ -137,6 +136,8 @@ def remove(path: Path) -> bool:
 
 async def wait_empty(path: Path, timeout: float) -> bool:
     """Until ``populated 0`` (True), or ``timeout`` seconds (False); an event, not a poll."""
+    import asyncio  # here: the watchdog's scan reads cgroups without an event loop
+
     try:
         fd = os.open(path / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

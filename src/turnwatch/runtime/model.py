@@ -9,6 +9,9 @@ from typing import Any
 
 from turnwatch import names
 
+#: The grace window a stopped process call gets before SIGKILL (ADR), seconds.
+DEFAULT_GRACE_S = 10.0
+
 
 class ToolClass(StrEnum):
     """What a tool can do to the world, which fixes what a stop may do to it."""

@@ -154,6 +154,23 @@ def child_pids(pid: int, tids: Iterable[int] | None = None) -> list[int]:
     return out
 
 
+def ancestors(pid: int | None = None) -> set[int]:
+    """``pid`` (default: this process) and all its ancestors."""
+    out: set[int] = set()
+    cur = pid if pid is not None else os.getpid()
+    while cur > 0 and cur not in out:
+        out.add(cur)
+        p = read(cur)
+        if p is not None:
+            cur = p.ppid
+            continue
+        try:
+            cur = psutil.Process(cur).ppid()
+        except psutil.Error:
+            break
+    return out
+
+
 def environ_has(pid: int, key: str, value: str) -> bool:
     """``key=value`` is in the process's environment (readable for our own user)."""
     with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as fh:

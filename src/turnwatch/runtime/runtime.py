@@ -14,6 +14,7 @@ from turnwatch.runtime.calls import Call
 from turnwatch.runtime.events import Event, EventSink, now_event
 from turnwatch.runtime.gate import Answer, Prompt
 from turnwatch.runtime.model import (
+    DEFAULT_GRACE_S,
     CallIdReusedError,
     Mode,
     Outcome,
@@ -32,7 +33,6 @@ from turnwatch.runtime.protocol import ExecuteRequest, Host, TurnAbortRequest
 from turnwatch.runtime.registry import AbortRegistry
 from turnwatch.runtime.session import CallHandle, Session, Turn, closest
 
-DEFAULT_GRACE_S = 10.0
 DEFAULT_MAX_RUNNING = 8
 
 AskPermission = Callable[[str, ToolClass], bool]

@@ -1,10 +1,36 @@
 """Tracing every stop: the SQLite ledger, OpenTelemetry spans, JSON-line ingest, the view."""
 
-from turnwatch.tracing.ingest import BadLine, IngestReport, ingest, parse_line
-from turnwatch.tracing.ledger import Ledger, LedgerError, connect, default_path, read_events
-from turnwatch.tracing.pipeline import Telemetry
-from turnwatch.tracing.spans import SpanBuilder
-from turnwatch.tracing.view import CallView, SessionView, Thresholds, sessions, timeline
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from turnwatch._lazy import exports
+
+if TYPE_CHECKING:
+    from turnwatch.tracing.ingest import BadLine, IngestReport, ingest, parse_line
+    from turnwatch.tracing.ledger import Ledger, LedgerError, connect, default_path, read_events
+    from turnwatch.tracing.pipeline import Telemetry
+    from turnwatch.tracing.spans import SpanBuilder
+    from turnwatch.tracing.view import CallView, SessionView, Thresholds, sessions, timeline
+
+_WHERE = {
+    "BadLine": "turnwatch.tracing.ingest",
+    "IngestReport": "turnwatch.tracing.ingest",
+    "ingest": "turnwatch.tracing.ingest",
+    "parse_line": "turnwatch.tracing.ingest",
+    "Ledger": "turnwatch.tracing.ledger",
+    "LedgerError": "turnwatch.tracing.ledger",
+    "connect": "turnwatch.tracing.ledger",
+    "default_path": "turnwatch.tracing.ledger",
+    "read_events": "turnwatch.tracing.ledger",
+    "Telemetry": "turnwatch.tracing.pipeline",
+    "SpanBuilder": "turnwatch.tracing.spans",
+    "CallView": "turnwatch.tracing.view",
+    "SessionView": "turnwatch.tracing.view",
+    "Thresholds": "turnwatch.tracing.view",
+    "sessions": "turnwatch.tracing.view",
+    "timeline": "turnwatch.tracing.view",
+}
 
 __all__ = [
     "BadLine",
@@ -24,3 +50,6 @@ __all__ = [
     "sessions",
     "timeline",
 ]
+
+
+__getattr__, __dir__ = exports(__name__, _WHERE)

@@ -21,10 +21,10 @@ from turnwatch.runtime import terminate
 from turnwatch.runtime.cgroup import CallCgroup
 from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.model import Outcome, Policy, RecoveryResult, StopSource, TurnOutcome
+from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.tracing import codec, view
 from turnwatch.watchdog import control_client
-from turnwatch.watchdog.procs import ProcessTable
 from turnwatch.watchdog.scan import Action, Finding
 from turnwatch.watchdog.signals import Guard, Target, candidates, members
 

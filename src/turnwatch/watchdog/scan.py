@@ -13,11 +13,10 @@ from typing import Any
 
 from turnwatch import names
 from turnwatch.runtime import cgroup
-from turnwatch.runtime.model import Policy
-from turnwatch.runtime.runtime import DEFAULT_GRACE_S
+from turnwatch.runtime.model import DEFAULT_GRACE_S, Policy
+from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.tracing import view
 from turnwatch.tracing.view import CallView, SessionView, Thresholds
-from turnwatch.watchdog.procs import ProcessTable
 
 SLACK_S = 2.0
 

@@ -16,10 +16,15 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from turnwatch.runtime.procfs import environ_has, identity
+from turnwatch.runtime.procfs import (
+    Proc,
+    ProcessTable,
+    ancestors,
+    environ_has,
+    identity,
+    same_start,
+)
 from turnwatch.runtime.tools.proctree import CALL_MARKER
-from turnwatch.watchdog import procs
-from turnwatch.watchdog.procs import Proc, ProcessTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +43,7 @@ class Guard:
     refusals: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
-        self._ancestors = procs.ancestors(self.me)
+        self._ancestors = ancestors(self.me)
         self._pgrp = os.getpgrp()
         self._sid = os.getsid(0)
         self._uid = os.getuid()
@@ -85,7 +90,7 @@ def members(leader: Target, table: ProcessTable) -> list[Target]:
     its children are still its own.
     """
     lead = table.get(leader.pid)
-    if lead is None or not procs.same_start(lead.create_time, leader.create_time):
+    if lead is None or not same_start(lead.create_time, leader.create_time):
         return []
     found: dict[int, Proc] = {lead.pid: lead}
     # Same group (the group id is the leader's pid: process tools run in their own session).

@@ -1,0 +1,105 @@
+"""Start-up of the triage commands, side by side with what they cannot go below.
+
+Each command runs as a fresh process against the same small ledger, interleaved with a bare
+``python -c pass`` and with a typer app of two commands and three options (typer and rich
+import, then typer's parameter coercion): on a shared machine only the ratios measured in one
+run mean anything.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import median, table
+
+RUNS = 11
+
+TYPER_FLOOR = """
+from typing import Annotated
+import typer
+app = typer.Typer()
+@app.command()
+def a(x: Annotated[str, typer.Argument()] = "", y: float = 1.0, z: bool = False) -> None:
+    print(x)
+@app.command()
+def b(x: str = "") -> None:
+    print(x)
+app()
+"""
+
+
+def _ledger(tmp: Path) -> Path:
+    from tests import streams
+
+    from turnwatch.tracing.ingest import ingest
+    from turnwatch.tracing.ledger import Ledger
+
+    path = tmp / "ledger.sqlite3"
+    ledger = Ledger(path)
+    with streams.write(tmp / "four.jsonl", streams.four_states()).open("rb") as f:
+        ingest(f, ledger.append)
+    ledger.close()
+    return path
+
+
+def main() -> str:
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        ledger = str(_ledger(tmp))
+        tw = [
+            shutil.which("turnwatch") or sys.executable,
+            *([] if shutil.which("turnwatch") else ["-m", "turnwatch"]),
+        ]
+        commands = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "typer app (the floor)": [sys.executable, "-c", TYPER_FLOOR, "a", "hi"],
+            "turnwatch sessions": [*tw, "sessions", "--ledger", ledger],
+            "turnwatch explain pinned": [*tw, "explain", "pinned", "--ledger", ledger],
+            "turnwatch recover pinned --dry-run": [
+                *tw,
+                "recover",
+                "pinned",
+                "--dry-run",
+                "--ledger",
+                ledger,
+            ],
+            "turnwatch watch --once --no-recover": [
+                *tw,
+                "watch",
+                "--once",
+                "--no-recover",
+                "--ledger",
+                ledger,
+            ],
+        }
+        times: dict[str, list[float]] = {k: [] for k in commands}
+        for _ in range(RUNS):
+            for name, cmd in commands.items():
+                t0 = time.perf_counter()
+                subprocess.run(cmd, capture_output=True, timeout=60)
+                times[name].append(time.perf_counter() - t0)
+    bare = median(times["python -c pass"])
+    floor = median(times["typer app (the floor)"])
+    rows = [
+        [
+            f"`{name}`",
+            f"{median(v) * 1e3:.0f} ms",
+            f"{median(v) / bare:.1f}×",
+            f"{(median(v) - floor) * 1e3:+.0f} ms" if name.startswith("turnwatch") else "",
+        ]
+        for name, v in times.items()
+    ]
+    return (
+        f"### Start-up of the triage commands (median of {RUNS}, interleaved)\n\n"
+        + table(["command", "wall", "× python -c pass", "over the typer floor"], rows)
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    print(main())

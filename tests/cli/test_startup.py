@@ -1,0 +1,66 @@
+"""Start-up: the triage commands do not pay for what they do not use.
+
+``turnwatch sessions`` read a ledger in 0.95 s because the table renderer imported the demo and,
+through it, the MCP SDK. Timing is measured in ``make bench`` (this machine is shared); here we
+check the cause cannot come back: what the commands import.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import streams
+from turnwatch.tracing.ingest import ingest
+from turnwatch.tracing.ledger import Ledger
+
+HEAVY = ("mcp", "opentelemetry.sdk", "turnwatch.runtime.tools", "turnwatch.cli.scenario")
+
+PROBE = """
+import json, sys
+out, argv = sys.argv[1], sys.argv[2:]
+sys.argv = ["turnwatch", *argv]
+from turnwatch.cli.app import main
+try:
+    main()
+except SystemExit:
+    pass
+with open(out, "w") as f:
+    json.dump(sorted(sys.modules), f)
+"""
+
+
+def imported(tmp_path: Path, *argv: str) -> set[str]:
+    out = tmp_path / "modules.json"
+    subprocess.run(
+        [sys.executable, "-c", PROBE, str(out), *argv], capture_output=True, timeout=60, check=True
+    )
+    return set(json.loads(out.read_text()))
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    with streams.write(tmp_path / "four.jsonl", streams.four_states()).open("rb") as f:
+        ingest(f, ledger.append)
+    ledger.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["sessions"], ["sessions", "--json"], ["explain", "pinned"]],
+    ids=" ".join,
+)
+def test_triage_commands_import_neither_mcp_nor_the_otel_sdk(
+    tmp_path: Path, ledger: Path, argv: list[str]
+) -> None:
+    mods = imported(tmp_path, *argv, "--ledger", str(ledger))
+    assert "turnwatch.tracing.view" in mods  # it did read the ledger
+    heavy = sorted(m for m in mods if m.startswith(HEAVY))
+    assert heavy == []
