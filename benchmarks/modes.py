@@ -72,7 +72,7 @@ async def run_mode(
         # One stop at a time while all the sessions' work goes on: the next click comes once
         # this session's fast calls are released (its SIGTERM-ignoring Bash still in grace).
         deadline = time.monotonic() + 5
-        while not honours[i]._call.result.done() and time.monotonic() < deadline:
+        while honours[i].outcome is None and time.monotonic() < deadline:
             await asyncio.sleep(0.001)
     _, pending = await asyncio.wait(stops, timeout=GRACE_S + PIN_TIMEOUT_S)
     pinned = len(pending)

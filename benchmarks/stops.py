@@ -85,7 +85,7 @@ async def walk(sink: object | None) -> float:
     rt = Runtime(host, sink=sink, max_running=WALK_CALLS)  # type: ignore[arg-type]
     turn = rt.start_turn("s")
     handles = [turn.request("Grep", {}) for _ in range(WALK_CALLS)]
-    while any(h.phase != "running" for h in handles[-10:]):
+    while any(h.state != "running" for h in handles[-10:]):
         await asyncio.sleep(0)
     for _ in range(3):
         await asyncio.sleep(0)

@@ -17,7 +17,6 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
-from turnwatch.cli.wiring import live_state
 from turnwatch.exporters import http
 from turnwatch.exporters.live import runtime_state
 from turnwatch.exporters.metrics import LiveCollector, StopMetrics
@@ -25,6 +24,7 @@ from turnwatch.runtime import LocalHost, MemorySink, Mode, Runtime
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
+from turnwatch.watchdog.gauges import live_state
 from turnwatch.watchdog.loop import Watchdog
 from turnwatch.watchdog.scan import Config
 

@@ -95,7 +95,7 @@ async def test_queued_call_stopped_never_starts(
     marker = tmp_path / "ran"
     queued = turn.request("Bash", {"command": f"touch {marker}"})
     await until(lambda: sink.of(names.TOOL_STARTED), what="the first call")
-    assert queued.phase == "queued"
+    assert queued.state == "queued"
 
     await runtime.abort("s")
 

@@ -148,8 +148,8 @@ class StopMachine(RuleBasedStateMachine):
     @rule(data=st.data(), approve=st.booleans())
     def answer(self, data: st.DataObject, approve: bool) -> None:
         h = data.draw(st.sampled_from(self.handles))
-        sess = h._call.session
-        if h._call.prompt is not None:
+        sess = h.session
+        if h.awaiting_permission:
             self.do(self.rt.answer_permission, sess, h.call_id, approve)
         self.spin()
 

@@ -8,32 +8,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from turnwatch.cli.wiring import live_state
 from turnwatch.exporters import http
 from turnwatch.exporters.metrics import LiveCollector, StopMetrics
-from turnwatch.tracing.ledger import connect, read_events
-
-
-class LedgerFollower:
-    """Feeds a ledger's events, from the first, to ``observe``; then polls for new ones."""
-
-    def __init__(self, path: Path, observe: Callable[..., None]) -> None:
-        self.path = path
-        self.observe = observe
-        self.seq = 0
-
-    def poll(self) -> int:
-        """Feed every event after the last one seen; returns how many."""
-        conn = connect(self.path, readonly=True)
-        try:
-            n = 0
-            for seq, ev in read_events(conn, after_seq=self.seq):
-                self.observe(ev)
-                self.seq = seq
-                n += 1
-            return n
-        finally:
-            conn.close()
+from turnwatch.tracing.follower import LedgerFollower
+from turnwatch.watchdog.gauges import live_state
 
 
 def build(path: Path, registry: CollectorRegistry) -> tuple[LedgerFollower, StopMetrics]:

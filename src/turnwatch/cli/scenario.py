@@ -32,7 +32,7 @@ from turnwatch.runtime import (
     Receipt,
     Runtime,
 )
-from turnwatch.runtime.model import RecoveryResult
+from turnwatch.runtime.model import POLICY_OF, RecoveryResult
 from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.runtime.tools.mcp import McpServerConfig
 from turnwatch.runtime.tools.proctree import CALL_MARKER
@@ -284,8 +284,7 @@ def _span(a: Event | None, b: Event | None) -> float | None:
 
 async def _call_report(label: str, h: CallHandle, events: list[Event]) -> CallReport:
     res = await h.result()
-    call = h._call
-    stop = _stop_of(events, call.session)
+    stop = _stop_of(events, h.session)
     end = _first(
         events,
         lambda e: (
@@ -302,10 +301,10 @@ async def _call_report(label: str, h: CallHandle, events: list[Event]) -> CallRe
     else:
         detail = (res.output.strip().splitlines() or [""])[-1][:60]
     return CallReport(
-        call.session,
+        h.session,
         label,
-        call.tool_class.value,
-        call.policy.value,
+        h.tool_class.value,
+        POLICY_OF[h.tool_class].value,
         res.outcome.value,
         _span(stop, end),
         detail,

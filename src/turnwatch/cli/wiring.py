@@ -11,38 +11,12 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
-from turnwatch import names
-from turnwatch.exporters.metrics import LiveCollector, LiveState, StopMetrics
+from turnwatch.exporters.metrics import LiveCollector, StopMetrics
 from turnwatch.exporters.otel import tracer_provider
-from turnwatch.tracing.ledger import Ledger, LedgerError, connect
+from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
-from turnwatch.watchdog.scan import scan
-
-
-def live_state(path: Path, ledger: Ledger | None = None) -> LiveState:
-    """The gauges now: the watchdog's own findings, so a gauge and a finding never disagree."""
-    lost = ledger.lost if ledger else 0
-    try:
-        conn = connect(path, readonly=True)
-    except LedgerError:
-        return LiveState({}, 0, 0, lost)  # no ledger yet: a scrape must still succeed
-    try:
-        findings = scan(conn).findings
-        inflight = dict(
-            conn.execute(
-                "SELECT c.policy, count(*) FROM sessions s JOIN calls c "
-                "ON c.session = s.session AND c.turn = s.turn WHERE s.processing = 1 "
-                "AND c.started_ts IS NOT NULL AND c.ended_ts IS NULL GROUP BY c.policy"
-            ).fetchall()
-        )
-    finally:
-        conn.close()
-    pinned = {f.session for f in findings if f.kind == names.F_PINNED_SESSION}
-    aborted_live = {
-        (f.session, f.turn) for f in findings if f.kind == names.F_ABORTED_WITH_LIVE_PROCESS
-    }
-    return LiveState(inflight, len(pinned), len(aborted_live), lost)
+from turnwatch.watchdog.gauges import live_state
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -131,7 +132,7 @@ class StopMetrics:
         """Count one event (in stream order)."""
         st = self.fold(ev)
         for move in st.moves:
-            on = _ON_MOVE.get(move)
+            on = self._ON_MOVE.get(move)
             if on is not None:
                 on(self, st)
 
@@ -179,17 +180,17 @@ class StopMetrics:
     def _on_recovered(self, st: Step) -> None:
         self.recoveries.labels(result=str(st.ev.attrs.get("result", "unknown"))).inc()
 
-
-_ON_MOVE: Mapping[Move, Callable[[StopMetrics, Step], None]] = {
-    Move.STOP: StopMetrics._on_stop,
-    Move.SETTLED: StopMetrics._on_settled,
-    Move.CLEARED: StopMetrics._on_cleared,
-    Move.RELEASED: StopMetrics._on_released,
-    Move.GRACE_EXPIRED: StopMetrics._on_grace_expired,
-    Move.CANCELLED: StopMetrics._on_cancelled,
-    Move.FINDING: StopMetrics._on_finding,
-    Move.RECOVERED: StopMetrics._on_recovered,
-}
+    #: What each move does here; a move not listed does nothing.
+    _ON_MOVE: ClassVar[Mapping[Move, Callable[[StopMetrics, Step], None]]] = {
+        Move.STOP: _on_stop,
+        Move.SETTLED: _on_settled,
+        Move.CLEARED: _on_cleared,
+        Move.RELEASED: _on_released,
+        Move.GRACE_EXPIRED: _on_grace_expired,
+        Move.CANCELLED: _on_cancelled,
+        Move.FINDING: _on_finding,
+        Move.RECOVERED: _on_recovered,
+    }
 
 
 @dataclass(frozen=True)

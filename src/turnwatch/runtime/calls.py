@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from turnwatch import names
-from turnwatch.runtime.events import now_event
+from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.gate import Prompt
 from turnwatch.runtime.model import POLICY_OF, Outcome, Phase, Policy, ToolClass, ToolResult
 from turnwatch.runtime.protocol import (
     AbortRequest,
+    Host,
     HostMessage,
     HostResult,
     HostStatus,
@@ -25,14 +27,35 @@ from turnwatch.runtime.protocol import (
     Started,
 )
 
-if TYPE_CHECKING:
-    from turnwatch.runtime.runtime import Runtime
-    from turnwatch.runtime.session import Turn
-
 #: How much collected output a call keeps (the tail), so a chatty process cannot eat memory.
 OUTPUT_CAP = 256 * 1024
 #: How much of one progress chunk goes into its event.
 PROGRESS_TEXT_CAP = 256
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnv:
+    """What a call needs of the runtime: where its events go, who runs it, the grace window."""
+
+    sink: EventSink | None
+    host: Host
+    grace_s: float
+
+
+class Owner(Protocol):
+    """What a call needs of its turn."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def traceparent(self) -> str | None: ...
+
+    def release_slot(self) -> None:
+        """Give the call's admission slot back."""
+
+    def call_done(self, call: Call) -> None:
+        """The call is resolved."""
 
 
 class Call:
@@ -40,16 +63,17 @@ class Call:
 
     def __init__(
         self,
-        runtime: Runtime,
-        turn: Turn,
+        env: CallEnv,
+        turn: Owner,
+        session: str,
         call_id: str,
         tool: str,
         tool_class: ToolClass,
         args: Mapping[str, Any],
     ) -> None:
-        self.runtime = runtime
+        self.env = env
         self.turn = turn
-        self.session = turn.session.id
+        self.session = session
         self.call_id = call_id
         self.tool = tool
         self.tool_class = tool_class
@@ -82,6 +106,9 @@ class Call:
         # The handler task of a grace/await stop: held so the task is not garbage-collected
         # while it waits (the turn waits for the call's result, which the handler sets).
         self.handler: asyncio.Task[None] | None = None
+        # What the host said when it started the call (process tools): for CallHandle.
+        self.pid: int | None = None
+        self.containment: str | None = None
 
     @property
     def never(self) -> asyncio.Future[object]:
@@ -90,7 +117,7 @@ class Call:
 
     def emit(self, kind: str, **attrs: Any) -> None:
         """Emit an event about this call (straight to the sink: this is the busiest emitter)."""
-        sink = self.runtime.sink
+        sink = self.env.sink
         if sink is not None:
             sink(
                 now_event(
@@ -108,6 +135,7 @@ class Call:
     def on_message(self, message: HostMessage) -> None:
         """A ``Started`` or ``Progress`` from the host."""
         if isinstance(message, Started):
+            self.pid, self.containment = message.pid, message.containment
             attrs: dict[str, Any] = {"class": self.class_name}
             if message.pid is not None:
                 attrs.update(pid=message.pid, create_time=message.create_time)
@@ -122,7 +150,7 @@ class Call:
         if self.abandoned or self.phase.terminal:
             return  # progress of an abandoned call stops at the stop (design §1)
         self._collect(message)
-        if self.runtime.sink is not None:  # a chatty tool's heartbeat: no sink, no attributes
+        if self.env.sink is not None:  # a chatty tool's heartbeat: no sink, no attributes
             self._heartbeat(message)
 
     def _collect(self, message: Progress) -> None:
@@ -160,14 +188,14 @@ class Call:
         self.phase = phase or _PHASE_OF[outcome]
         if self.holds_slot:
             self.holds_slot = False
-            self.turn.session.admission.release()
+            self.turn.release_slot()
         text = "".join(self.output) if output is None else output
         # The result holds the text now; a resolved call collects no more (on_message), and the
         # session keeps its calls for receipts: the buffer would be a second copy for its life.
         self.output.clear()
         self._output_len = 0
         self.result.set_result(ToolResult(self.call_id, self.tool, outcome, text, error_code, data))
-        if self.runtime.sink is not None and outcome is not Outcome.REFUSED:
+        if self.env.sink is not None and outcome is not Outcome.REFUSED:
             kind = (
                 names.TOOL_RESULT_DISCARDED if outcome is Outcome.DISCARDED else names.TOOL_FINISHED
             )
@@ -212,21 +240,21 @@ class Call:
     def send_abort(self, source: str) -> None:
         """Send the typed ``tools.abort`` for this call to the host."""
         self.abort_sent = True
-        if self.runtime.sink is not None:  # no sink: not even the attributes are built
+        if self.env.sink is not None:  # no sink: not even the attributes are built
             self.emit(
                 names.TOOLS_ABORT_SENT,
                 policy=self.policy_name,
                 **{"class": self.class_name},
                 source=source,
             )
-        self.runtime.host.abort(
+        self.env.host.abort(
             AbortRequest(
                 self.session,
                 self.turn.id,
                 self.call_id,
                 self.tool,
                 source,
-                self.runtime.grace_s,
+                self.env.grace_s,
                 self.turn.traceparent,
             )
         )

@@ -5,37 +5,30 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from turnwatch import names
 from turnwatch.runtime import procfs, walk
-from turnwatch.runtime.calls import Call
+from turnwatch.runtime.calls import CallEnv
 from turnwatch.runtime.events import Event, EventSink, now_event
-from turnwatch.runtime.gate import Answer, Prompt
+from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.model import (
     DEFAULT_GRACE_S,
-    CallIdReusedError,
     Mode,
-    Outcome,
-    Phase,
     Receipt,
     StopSource,
-    ToolClass,
     TurnBusyError,
     TurnOutcome,
     UnknownSessionError,
     UnknownTurnError,
-    class_of,
     parse_source,
 )
-from turnwatch.runtime.protocol import ExecuteRequest, Host, TurnAbortRequest
+from turnwatch.runtime.protocol import Host, TurnAbortRequest
 from turnwatch.runtime.registry import AbortRegistry
-from turnwatch.runtime.session import CallHandle, Session, Turn, closest
+from turnwatch.runtime.session import AskPermission, Session, SessionEnv, Turn, closest
 
 DEFAULT_MAX_RUNNING = 8
-
-AskPermission = Callable[[str, ToolClass], bool]
 
 
 class Runtime:
@@ -63,9 +56,11 @@ class Runtime:
         self.mode = Mode(mode)
         self.grace_s = grace_s
         self.sink = sink
-        self.ask_permission = ask_permission
-        self.max_running = max_running
         self.registry = registry or AbortRegistry()
+        # What sessions, turns and calls get of the runtime: never the runtime itself.
+        self.env = SessionEnv(
+            CallEnv(sink, host, grace_s), self.mode, self.registry, ask_permission, max_running
+        )
         self.control = control  # the control socket's path, once one serves this runtime
         self.sessions: dict[str, Session] = {}
         self._pid = os.getpid()
@@ -93,7 +88,7 @@ class Runtime:
         """Open (or return) a session; announces this runtime in ``runtime.started``."""
         if session_id in self.sessions:
             return self.sessions[session_id]
-        sess = Session(self, session_id, self.max_running)
+        sess = Session(self.env, session_id)
         self.sessions[session_id] = sess
         attrs: dict[str, Any] = {
             "pid": self._pid,
@@ -121,95 +116,9 @@ class Runtime:
         sess = self.open_session(session_id)  # the existing one, or a new one announced
         if sess.live is not None:
             raise TurnBusyError(f"session {session_id!r} already has live turn {sess.live.id!r}")
-        tid = turn_id or f"{session_id}.t{next(sess._turn_seq)}"
-        if tid in sess.turns:
-            raise ValueError(f"turn id {tid!r} was already used in session {session_id!r}")
-        turn = Turn(sess, tid)
-        sess.turns[tid] = turn
-        sess.live = turn
-        sess.processing = True
-        self.emit(names.TURN_STARTED, session_id, turn=tid, attrs={"mode": self.mode.value})
-        return turn
+        return sess.start_turn(turn_id)
 
     # --- calls ---
-
-    def _request(
-        self, turn: Turn, tool: str, args: dict[str, Any], call_id: str | None, declared: str | None
-    ) -> CallHandle:
-        sess = turn.session
-        cid = call_id or turn.next_call_id()
-        if cid in sess.used_call_ids:
-            raise CallIdReusedError(f"call id {cid!r} was already used in session {sess.id!r}")
-        sess.used_call_ids.add(cid)
-        call = Call(self, turn, cid, tool, class_of(tool, declared), args)
-        turn.calls[cid] = call
-        turn.call_opened()
-        call.emit(
-            names.TOOL_REQUESTED, **{"class": call.tool_class.value}, policy=call.policy.value
-        )
-        early = self.registry.take(sess.id, turn.id, cid, tool)
-        if turn.stopping or turn.settled.done() or early is not None:
-            # The agent loop asked after the stop (or an early abort named this very call).
-            call.emit(
-                names.TOOL_REFUSED,
-                error_code=names.TOOL_ABORTED,
-                reason="early_abort" if early else "after_stop",
-            )
-            call.finish(Outcome.REFUSED, error_code=names.TOOL_ABORTED)
-        else:
-            asyncio.get_running_loop().create_task(self._lifecycle(call), name=f"call {cid}")
-        return CallHandle(call)
-
-    async def _lifecycle(self, call: Call) -> None:
-        sess = call.turn.session
-        try:
-            call.holds_slot = await sess.admission.acquire(self._prestart_stop(call))
-            if not call.holds_slot:
-                return
-            if self.ask_permission is not None and self.ask_permission(call.tool, call.tool_class):
-                call.phase = Phase.AWAITING_PERMISSION
-                call.prompt = Prompt()
-                call.emit(names.PERMISSION_REQUESTED)
-                approved = await call.prompt.wait(self._prestart_stop(call))
-                if approved is None:
-                    return
-                if not approved:
-                    call.finish(Outcome.DENIED, error_code="PERMISSION_DENIED")
-                    return
-            call.phase = Phase.ADMITTED
-            if self._prestart_stop(call).done():
-                return  # stopped between admission and start: it never starts
-            # No await between the check above and this line: the start is atomic.
-            call.phase = Phase.RUNNING
-            req = ExecuteRequest(
-                sess.id,
-                call.turn.id,
-                call.call_id,
-                call.tool,
-                call.tool_class,
-                call.args,
-                call.turn.traceparent,
-            )
-            call.exec_task = asyncio.get_running_loop().create_task(
-                self.host.execute(req, call.on_message), name=f"execute {call.call_id}"
-            )
-            # Only the host's answer wakes this task. A stop does not: its handler resolves the
-            # call itself (a walk over 10,000 calls must not wake 10,000 tasks), and an answer
-            # that comes after is then dropped or, if a side effect outlived the wait, recorded.
-            await asyncio.wait((call.exec_task,))
-            if call.exec_task.cancelled() or call.exec_task.exception() is not None:
-                call.finish(Outcome.FAILED, error=repr(call.exec_task.exception()))
-            else:
-                call.finish_from_host(call.exec_task.result())
-        except Exception as exc:  # a host bug must not leave the turn open forever
-            call.finish(Outcome.FAILED, error=repr(exc))
-            raise
-
-    def _prestart_stop(self, call: Call) -> asyncio.Future[object]:
-        """What a waiting call watches: its stop (``abandon_all``: nothing, the flaw it shows)."""
-        if self.mode is Mode.ABANDON_ALL:
-            return call.never
-        return call.stop
 
     def answer_permission(self, session_id: str, call_id: str, approved: bool) -> Answer:
         """The user's answer to a prompt; ``LATE`` (refused) when a stop closed it first."""
@@ -282,10 +191,10 @@ class Runtime:
             )
         live = sess.live
         if live is None or (turn is not None and turn != live.id):
-            named = sess.turns.get(turn) if turn else _last(sess)
+            named = sess.turns.get(turn) if turn else sess.last
             if named is None or not named.settled.done():
                 return Receipt.STALE
-            if sess.processing and named is _last(sess):
+            if sess.processing and named is sess.last:
                 # Settled, but the RPC that would clear "processing" never returned: finish it.
                 self.emit(
                     names.ABORT_RPC_RECEIVED,
@@ -293,7 +202,7 @@ class Runtime:
                     turn=named.id,
                     attrs={"source": src.value, "receipt": Receipt.ALREADY_SETTLED.value},
                 )
-                self._returned(named, Receipt.ALREADY_SETTLED)
+                sess.returned(named, Receipt.ALREADY_SETTLED)
                 return Receipt.ALREADY_SETTLED
             return Receipt.ALREADY_SETTLED if named.stop_task is not None else Receipt.STALE
         if live.stop_task is not None:
@@ -306,7 +215,7 @@ class Runtime:
             if src is StopSource.WATCHDOG and not live.walked:
                 self._walk(live, src)
             await asyncio.shield(live.stop_task)
-            self._returned(live, Receipt.JOINED)
+            sess.returned(live, Receipt.JOINED)
             return Receipt.JOINED
         live.stop_started = time.monotonic()
         live.traceparent = traceparent
@@ -324,20 +233,8 @@ class Runtime:
             self._stop(live, src), name=f"stop {live.id}"
         )
         await asyncio.shield(live.stop_task)
-        self._returned(live, Receipt.ACCEPTED)
+        sess.returned(live, Receipt.ACCEPTED)
         return Receipt.ACCEPTED
-
-    def _returned(self, turn: Turn, receipt: Receipt) -> None:
-        """``agent.abort`` returns; the renderer, which awaited it, clears "processing".
-
-        If the RPC never returns (its caller went away), "processing" stays set: the pinned
-        session of the field report, which the watchdog finds and a later stop clears.
-        """
-        sess = turn.session
-        self.emit(names.ABORT_RPC_RETURNED, sess.id, turn=turn.id, attrs={"receipt": receipt.value})
-        if sess.processing and sess.live is None:
-            sess.processing = False
-            self.emit(names.PROCESSING_CLEARED, sess.id, turn=turn.id)
 
     async def _stop(self, turn: Turn, src: StopSource) -> None:
         if self.mode is Mode.LEGACY and src is not StopSource.WATCHDOG:
@@ -347,7 +244,7 @@ class Runtime:
         await turn.wait_idle()
         if turn.lingering is not None:
             await turn.lingering
-        self._settle(turn, TurnOutcome.ABORTED)
+        turn.settle(TurnOutcome.ABORTED)
 
     def _walk(self, turn: Turn, src: StopSource) -> None:
         """The abort walk: for each in-flight call, the handler its signal would run."""
@@ -388,30 +285,6 @@ class Runtime:
                     "lingering": True,
                 },
             )
-
-    def _settle(self, turn: Turn, outcome: TurnOutcome) -> None:
-        if turn.settled.done():
-            return
-        sess = turn.session
-        self.emit(
-            names.TURN_SETTLED,
-            sess.id,
-            turn=turn.id,
-            attrs={"outcome": outcome.value, "mode": self.mode.value},
-        )
-        self.registry.forget_turn(sess.id, turn.id)
-        if sess.live is turn:
-            sess.live = None
-        if turn.stop_task is None:
-            # A turn that ended on its own: the loop clears "processing" itself. After a stop,
-            # the abort RPC's return clears it (see _returned).
-            sess.processing = False
-            self.emit(names.PROCESSING_CLEARED, sess.id, turn=turn.id)
-        turn.settled.set_result(outcome)
-
-
-def _last(sess: Session) -> Turn | None:
-    return next(reversed(sess.turns.values()), None) if sess.turns else None
 
 
 def _clicked_event(session: str, turn: str, clicked_at: float, src: StopSource) -> Event:

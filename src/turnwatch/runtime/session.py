@@ -1,25 +1,55 @@
-"""Sessions and turns: one live turn per session; a turn's calls share its stop."""
+"""Sessions and turns: one live turn per session; a turn's calls share its stop.
+
+A :class:`Turn` requests its calls, runs each one's lifecycle (admission, permission, start) and
+settles; a :class:`Session` owns which turn is live and whether the UI shows "processing". The
+runtime composes them and owns the stop; nothing here reaches back into it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import difflib
 import itertools
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from turnwatch.runtime.gate import Admission
-from turnwatch.runtime.model import Phase, ToolResult, TurnOutcome
+from turnwatch import names
+from turnwatch.runtime.calls import Call, CallEnv
+from turnwatch.runtime.events import now_event
+from turnwatch.runtime.gate import Admission, Prompt
+from turnwatch.runtime.model import (
+    CallIdReusedError,
+    Mode,
+    Outcome,
+    Phase,
+    Receipt,
+    ToolClass,
+    ToolResult,
+    TurnOutcome,
+    class_of,
+)
+from turnwatch.runtime.protocol import ExecuteRequest
+from turnwatch.runtime.registry import AbortRegistry
 
-if TYPE_CHECKING:
-    from turnwatch.runtime.calls import Call
-    from turnwatch.runtime.runtime import Runtime
+AskPermission = Callable[[str, ToolClass], bool]
 
 
 def closest(name: str, known: list[str]) -> str:
     """``known`` as a comma list, the closest to ``name`` first (for error messages)."""
     near = difflib.get_close_matches(name, known, n=len(known), cutoff=0.0)
     return ", ".join(near) or "(none)"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnv:
+    """What sessions and turns need of the runtime."""
+
+    call: CallEnv
+    mode: Mode
+    registry: AbortRegistry
+    ask_permission: AskPermission | None
+    max_running: int
 
 
 class Turn:
@@ -56,9 +86,10 @@ class Turn:
         """A call id never used in this session: the turn id is never reused."""
         return f"{self.id}.c{next(self._seq)}"
 
-    def call_opened(self) -> None:
-        self._open += 1
-        self._idle.clear()
+    # --- what a call needs of its turn (calls.Owner) ---
+
+    def release_slot(self) -> None:
+        self.session.admission.release()
 
     def call_done(self, call: Call) -> None:
         self._open -= 1
@@ -69,6 +100,8 @@ class Turn:
         """Until every call of the turn is resolved."""
         await self._idle.wait()
 
+    # --- calls ---
+
     def request(
         self,
         tool: str,
@@ -78,7 +111,83 @@ class Turn:
         tool_class: str | None = None,
     ) -> CallHandle:
         """Ask for a tool call; returns at once with a handle whose ``result()`` you await."""
-        return self.session.runtime._request(self, tool, dict(args or {}), call_id, tool_class)
+        sess, env = self.session, self.session.env
+        cid = call_id or self.next_call_id()
+        if cid in sess.used_call_ids:
+            raise CallIdReusedError(f"call id {cid!r} was already used in session {sess.id!r}")
+        sess.used_call_ids.add(cid)
+        call = Call(
+            env.call, self, sess.id, cid, tool, class_of(tool, tool_class), dict(args or {})
+        )
+        self.calls[cid] = call
+        self._open += 1
+        self._idle.clear()
+        call.emit(
+            names.TOOL_REQUESTED, **{"class": call.tool_class.value}, policy=call.policy.value
+        )
+        early = env.registry.take(sess.id, self.id, cid, tool)
+        if self.stopping or self.settled.done() or early is not None:
+            # The agent loop asked after the stop (or an early abort named this very call).
+            call.emit(
+                names.TOOL_REFUSED,
+                error_code=names.TOOL_ABORTED,
+                reason="early_abort" if early else "after_stop",
+            )
+            call.finish(Outcome.REFUSED, error_code=names.TOOL_ABORTED)
+        else:
+            asyncio.get_running_loop().create_task(self._lifecycle(call), name=f"call {cid}")
+        return CallHandle(call)
+
+    async def _lifecycle(self, call: Call) -> None:
+        env = self.session.env
+        try:
+            call.holds_slot = await self.session.admission.acquire(self._prestart_stop(call))
+            if not call.holds_slot:
+                return
+            if env.ask_permission is not None and env.ask_permission(call.tool, call.tool_class):
+                call.phase = Phase.AWAITING_PERMISSION
+                call.prompt = Prompt()
+                call.emit(names.PERMISSION_REQUESTED)
+                approved = await call.prompt.wait(self._prestart_stop(call))
+                if approved is None:
+                    return
+                if not approved:
+                    call.finish(Outcome.DENIED, error_code="PERMISSION_DENIED")
+                    return
+            call.phase = Phase.ADMITTED
+            if self._prestart_stop(call).done():
+                return  # stopped between admission and start: it never starts
+            # No await between the check above and this line: the start is atomic.
+            call.phase = Phase.RUNNING
+            req = ExecuteRequest(
+                self.session.id,
+                self.id,
+                call.call_id,
+                call.tool,
+                call.tool_class,
+                call.args,
+                self.traceparent,
+            )
+            call.exec_task = asyncio.get_running_loop().create_task(
+                env.call.host.execute(req, call.on_message), name=f"execute {call.call_id}"
+            )
+            # Only the host's answer wakes this task. A stop does not: its handler resolves the
+            # call itself (a walk over 10,000 calls must not wake 10,000 tasks), and an answer
+            # that comes after is then dropped or, if a side effect outlived the wait, recorded.
+            await asyncio.wait((call.exec_task,))
+            if call.exec_task.cancelled() or call.exec_task.exception() is not None:
+                call.finish(Outcome.FAILED, error=repr(call.exec_task.exception()))
+            else:
+                call.finish_from_host(call.exec_task.result())
+        except Exception as exc:  # a host bug must not leave the turn open forever
+            call.finish(Outcome.FAILED, error=repr(exc))
+            raise
+
+    def _prestart_stop(self, call: Call) -> asyncio.Future[object]:
+        """What a waiting call watches: its stop (``abandon_all``: nothing, the flaw it shows)."""
+        return call.never if self.session.env.mode is Mode.ABANDON_ALL else call.stop
+
+    # --- settlement ---
 
     async def finish(self) -> TurnOutcome:
         """The agent loop is done: settle the turn (or join the stop that is settling it)."""
@@ -86,12 +195,29 @@ class Turn:
             return await asyncio.shield(self.settled)
         await self.wait_idle()
         if not self.settled.done() and self.stop_task is None:
-            self.session.runtime._settle(self, TurnOutcome.COMPLETED)
+            self.settle(TurnOutcome.COMPLETED)
         return await asyncio.shield(self.settled)
+
+    def settle(self, outcome: TurnOutcome) -> None:
+        """Settle once: ``turn.settled``; the session is no longer this turn's."""
+        if self.settled.done():
+            return
+        sess = self.session
+        sess.emit(
+            names.TURN_SETTLED,
+            self.id,
+            {"outcome": outcome.value, "mode": sess.env.mode.value},
+        )
+        sess.env.registry.forget_turn(sess.id, self.id)
+        sess.turn_settled(self)
+        self.settled.set_result(outcome)
 
 
 class CallHandle:
-    """What ``Turn.request`` returns: the call id at once, the result when it is resolved."""
+    """What ``Turn.request`` returns: the call id at once, the result when it is resolved.
+
+    Read-only: the call's state belongs to the runtime.
+    """
 
     __slots__ = ("_call",)
 
@@ -103,12 +229,42 @@ class CallHandle:
         return self._call.call_id
 
     @property
+    def session(self) -> str:
+        return self._call.session
+
+    @property
     def tool(self) -> str:
         return self._call.tool
 
     @property
-    def phase(self) -> Phase:
+    def tool_class(self) -> ToolClass:
+        return self._call.tool_class
+
+    @property
+    def state(self) -> Phase:
+        """Where the call is: queued, awaiting_permission, admitted, running, or how it ended."""
         return self._call.phase
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How it ended, once resolved."""
+        res = self._call.result
+        return res.result().outcome if res.done() else None
+
+    @property
+    def awaiting_permission(self) -> bool:
+        """True while its permission prompt is open (it can still be answered)."""
+        return self._call.phase is Phase.AWAITING_PERMISSION
+
+    @property
+    def pid(self) -> int | None:
+        """The first process of a process call, once the host started it."""
+        return self._call.pid
+
+    @property
+    def containment(self) -> str | None:
+        """``cgroup`` or ``process_group``: how its processes are kept together."""
+        return self._call.containment
 
     async def result(self) -> ToolResult:
         """The :class:`~turnwatch.runtime.model.ToolResult`, once the call is resolved."""
@@ -118,13 +274,55 @@ class CallHandle:
 class Session:
     """A conversation: one live turn at a time; ``processing`` is the UI's spinner."""
 
-    def __init__(self, runtime: Runtime, session_id: str, max_running: int) -> None:
-        self.runtime = runtime
+    def __init__(self, env: SessionEnv, session_id: str) -> None:
+        self.env = env
         self.id = session_id
-        self.admission = Admission(max_running)
+        self.admission = Admission(env.max_running)
         self.turns: dict[str, Turn] = {}
         self.live: Turn | None = None
         # True from turn start until processing.cleared.
         self.processing = False
         self.used_call_ids: set[str] = set()
         self._turn_seq = itertools.count(1)
+
+    def emit(self, kind: str, turn: str | None, attrs: Mapping[str, Any] | None = None) -> None:
+        sink = self.env.call.sink
+        if sink is not None:
+            sink(now_event(kind, self.id, turn=turn, attrs=attrs))
+
+    def start_turn(self, turn_id: str | None = None) -> Turn:
+        """The next turn, live at once: the session is ``processing`` until it settles."""
+        tid = turn_id or f"{self.id}.t{next(self._turn_seq)}"
+        if tid in self.turns:
+            raise ValueError(f"turn id {tid!r} was already used in session {self.id!r}")
+        turn = Turn(self, tid)
+        self.turns[tid] = turn
+        self.live = turn
+        self.processing = True
+        self.emit(names.TURN_STARTED, tid, {"mode": self.env.mode.value})
+        return turn
+
+    @property
+    def last(self) -> Turn | None:
+        """The most recent turn."""
+        return next(reversed(self.turns.values()), None) if self.turns else None
+
+    def turn_settled(self, turn: Turn) -> None:
+        """``turn`` settled: no longer live; a turn that ended on its own clears "processing"."""
+        if self.live is turn:
+            self.live = None
+        if turn.stop_task is None:
+            # After a stop, the abort RPC's return clears it instead (see returned).
+            self.processing = False
+            self.emit(names.PROCESSING_CLEARED, turn.id)
+
+    def returned(self, turn: Turn, receipt: Receipt) -> None:
+        """``agent.abort`` returns; the renderer, which awaited it, clears "processing".
+
+        If the RPC never returns (its caller went away), "processing" stays set: the pinned
+        session of the field report, which the watchdog finds and a later stop clears.
+        """
+        self.emit(names.ABORT_RPC_RETURNED, turn.id, {"receipt": receipt.value})
+        if self.processing and self.live is None:
+            self.processing = False
+            self.emit(names.PROCESSING_CLEARED, turn.id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Tracer
@@ -79,7 +80,7 @@ class SpanBuilder:
         st = self.fold(ev)
         span: Span | None = None
         for move in st.moves:
-            on = _ON_MOVE.get(move)
+            on = self._ON_MOVE.get(move)
             if on is not None:
                 span = on(self, st) or span
         if span is not None:
@@ -284,24 +285,24 @@ class SpanBuilder:
             return abort_span
         return ex.span if ex is not None else None
 
+    #: What each move does here; a move not listed does nothing.
+    _ON_MOVE: ClassVar[Mapping[Move, Callable[[SpanBuilder, Step], Span | None]]] = {
+        Move.TURN: _on_turn,
+        Move.STOP: _on_stop,
+        Move.RPC: _on_rpc,
+        Move.JOINED: _on_joined,
+        Move.WALK: _on_walk,
+        Move.SETTLED: _on_settled,
+        Move.RETURNED: _on_returned,
+        Move.CLEARED: _on_cleared,
+        Move.STARTED: _on_started,
+        Move.ABORT_SENT: _on_abort_sent,
+        Move.GRACE_EXPIRED: _on_grace_expired,
+        Move.RELEASED: _on_released,
+    }
+
 
 def _end_all(stop: _Stop, end: int) -> None:
     for span in (*stop.tools.values(), stop.walk, stop.settle, stop.agent_abort, stop.root):
         if span is not None and span.is_recording():
             span.end(end)
-
-
-_ON_MOVE: Mapping[Move, Callable[[SpanBuilder, Step], Span | None]] = {
-    Move.TURN: SpanBuilder._on_turn,
-    Move.STOP: SpanBuilder._on_stop,
-    Move.RPC: SpanBuilder._on_rpc,
-    Move.JOINED: SpanBuilder._on_joined,
-    Move.WALK: SpanBuilder._on_walk,
-    Move.SETTLED: SpanBuilder._on_settled,
-    Move.RETURNED: SpanBuilder._on_returned,
-    Move.CLEARED: SpanBuilder._on_cleared,
-    Move.STARTED: SpanBuilder._on_started,
-    Move.ABORT_SENT: SpanBuilder._on_abort_sent,
-    Move.GRACE_EXPIRED: SpanBuilder._on_grace_expired,
-    Move.RELEASED: SpanBuilder._on_released,
-}

@@ -7,9 +7,9 @@ from pathlib import Path
 from tests.conftest import Procs
 from tests.streams import four_states
 from tests.watchdog.helpers import aborted_tree
-from turnwatch.cli.wiring import live_state
 from turnwatch.tracing.ingest import parse_line
 from turnwatch.tracing.ledger import Ledger
+from turnwatch.watchdog.gauges import live_state
 
 
 def test_gauges_count_what_the_watchdog_finds(tmp_path: Path, procs: Procs) -> None:
