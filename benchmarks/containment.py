@@ -44,8 +44,7 @@ async def _stop_to_dead(mode: str, script: str, size: int) -> list[float]:
     for i in range(RUNS):
         turn = rt.start_turn("bench", f"t{i}")
         call = turn.request("Bash", {"command": script})
-        while not sink.of(names.TOOL_PROGRESS, call=call.call_id):
-            await asyncio.sleep(0.002)
+        await sink.wait_for(names.TOOL_PROGRESS, call=call.call_id)
         leader = sink.of(names.TOOL_STARTED, call=call.call_id)[0].attrs["pid"]
         members = _members(leader)
         while len(members) < size:  # the last children may still be forking

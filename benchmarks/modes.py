@@ -11,14 +11,13 @@ import asyncio
 import contextlib
 import os
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.common import fmt_s, median, pct, table
 from benchmarks.tracing import telemetry
 from turnwatch import names
-from turnwatch.runtime import LocalHost, MemorySink, Mode, Runtime
+from turnwatch.runtime import CallHandle, LocalHost, MemorySink, Mode, Runtime
 from turnwatch.runtime.events import FanOut
 from turnwatch.testing import check_invariants
 from turnwatch.tracing.pipeline import Telemetry
@@ -48,32 +47,8 @@ async def run_mode(
         max_running=8,
         ask_permission=lambda tool, _c: tool == "Write",
     )
-    fifos = []
-    honours = []
-    for i in range(SESSIONS):
-        fifo = tmp / f"{mode.value}-{i}.fifo"
-        os.mkfifo(fifo)
-        fifos.append(fifo)
-        turn = rt.start_turn(f"s{i}")
-        turn.request("Grep", {"pattern": "TODO", "path": str(fifo)})
-        honours.append(turn.request("Bash", {"command": "exec sleep 300"}))
-        turn.request("Bash", {"command": "trap '' TERM; while :; do sleep 0.2; done"})
-        turn.request("Write", {"path": str(tmp / mode.value / f"w{i}"), "content": "x" * 2**22})
-    deadline = time.monotonic() + 60
-    while len(sink.of(names.TOOL_STARTED)) < SESSIONS * 3 and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    stops = []
-    for i in range(SESSIONS):
-        stops.append(asyncio.ensure_future(rt.abort(f"s{i}")))
-        if storm:  # back to back: each stop competes with the ones still being processed
-            for _ in range(3):
-                await asyncio.sleep(0)
-            continue
-        # One stop at a time while all the sessions' work goes on: the next click comes once
-        # this session's fast calls are released (its SIGTERM-ignoring Bash still in grace).
-        deadline = time.monotonic() + 5
-        while honours[i].outcome is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.001)
+    fifos, honours = await _start(rt, sink, mode, tmp)
+    stops = await _click(rt, honours, storm)
     _, pending = await asyncio.wait(stops, timeout=GRACE_S + PIN_TIMEOUT_S)
     pinned = len(pending)
     for e in sink.of(names.PERMISSION_REQUESTED):  # the user approves, after the stop
@@ -85,6 +60,60 @@ async def run_mode(
     await asyncio.wait(stops)
     for fifo in fifos:  # let the raced workers end
         release(fifo)
+    by, reaped_to_release = _released(rt, sink)
+    return {
+        "mode": mode.value + (", traced" if traced is not None else ""),
+        "by": by,
+        "pinned": pinned,
+        "violations": len(check_invariants(sink.events)),
+        "reaped_to_release": reaped_to_release,
+    }
+
+
+async def _start(
+    rt: Runtime, sink: MemorySink, mode: Mode, tmp: Path
+) -> tuple[list[Path], list[CallHandle]]:
+    """Every session's four calls, until the three that start have started."""
+    fifos, honours, started = [], [], []
+    for i in range(SESSIONS):
+        fifo = tmp / f"{mode.value}-{i}.fifo"
+        os.mkfifo(fifo)
+        fifos.append(fifo)
+        turn = rt.start_turn(f"s{i}")
+        started.append(turn.request("Grep", {"pattern": "TODO", "path": str(fifo)}))
+        honours.append(turn.request("Bash", {"command": "exec sleep 300"}))
+        started.append(honours[-1])
+        started.append(
+            turn.request("Bash", {"command": "trap '' TERM; while :; do sleep 0.2; done"})
+        )
+        turn.request("Write", {"path": str(tmp / mode.value / f"w{i}"), "content": "x" * 2**22})
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(60):
+            for h in started:
+                await sink.wait_for(names.TOOL_STARTED, call=h.call_id)
+    return fifos, honours
+
+
+async def _click(
+    rt: Runtime, honours: list[CallHandle], storm: bool
+) -> list[asyncio.Future[object]]:
+    """Stop every session: one at a time, or (``storm``) back to back."""
+    stops: list[asyncio.Future[object]] = []
+    for i in range(SESSIONS):
+        stops.append(asyncio.ensure_future(rt.abort(f"s{i}")))
+        if storm:  # back to back: each stop competes with the ones still being processed
+            for _ in range(3):
+                await asyncio.sleep(0)
+            continue
+        # One stop at a time while all the sessions' work goes on: the next click comes once
+        # this session's fast calls are released (its SIGTERM-ignoring Bash still in grace).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(honours[i].result(), 5)
+    return stops
+
+
+def _released(rt: Runtime, sink: MemorySink) -> tuple[dict[str, list[float]], list[float]]:
+    """Stop → released per tool class, and (Bash honouring TERM) reaped → released."""
     klass = {e.call: (e.tool or "", e.attrs.get("class")) for e in sink.of(names.TOOL_REQUESTED)}
     by_watchdog = {
         e.call for e in sink.of(names.TOOLS_ABORT_SENT) if e.attrs.get("source") == "watchdog"
@@ -110,13 +139,7 @@ async def run_mode(
         res = _result(rt, e.session, e.call)
         if label == "Bash (honours TERM)" and res and res.data and res.data.get("exit_mono_ns"):
             reaped_to_release.append((e.mono_ns - res.data["exit_mono_ns"]) / 1e9)
-    return {
-        "mode": mode.value + (", traced" if traced is not None else ""),
-        "by": by,
-        "pinned": pinned,
-        "violations": len(check_invariants(sink.events)),
-        "reaped_to_release": reaped_to_release,
-    }
+    return by, reaped_to_release
 
 
 def _call(rt: Runtime, session: str, call: str):  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ import psutil
 from benchmarks.common import fmt_s, median, table
 from turnwatch.runtime.events import Event
 from turnwatch.tracing.ledger import Ledger, connect
-from turnwatch.watchdog.loop import Watchdog
+from turnwatch.watchdog.loop import Cycle, Watchdog
 from turnwatch.watchdog.scan import Config, scan
 
 SESSIONS = 10_000
@@ -79,10 +79,14 @@ async def detection(path: Path) -> list[float]:
     ledger = Ledger(path)
     dog = Watchdog(path, ledger, ledger.flush, cfg=Config(rpc_stuck_s=0.0), recover=False)
     stop = asyncio.Event()
-    seen: set[str] = set()
-    loop_task = asyncio.ensure_future(
-        dog.run(interval, stop, after_cycle=lambda c: seen.update(f.session for f in c.findings))
-    )
+    seen: dict[str, asyncio.Event] = {f"pin{i}": asyncio.Event() for i in range(5)}
+
+    def found(cycle: Cycle) -> None:
+        for f in cycle.findings:
+            if f.session in seen:
+                seen[f.session].set()
+
+    loop_task = asyncio.ensure_future(dog.run(interval, stop, after_cycle=found))
     waits = []
     for i in range(5):
         await asyncio.sleep(random.uniform(0, interval))
@@ -91,8 +95,7 @@ async def detection(path: Path) -> list[float]:
         for kind in ("turn.started", "stop.clicked", "abort.rpc.received"):
             ledger.append(Event(kind, sess, t0, turn="t"))
         ledger.flush()
-        while sess not in seen:
-            await asyncio.sleep(0.005)
+        await seen[sess].wait()
         waits.append(time.time() - t0)
     stop.set()
     await loop_task

@@ -33,7 +33,11 @@ INPUTS = [
         "pluginName": "Prometheus",
     }
 ]
-_PANELS = {"timeseries": timeseries.Panel, "stat": stat.Panel, "heatmap": heatmap.Panel}
+_PANELS: dict[str, type[timeseries.Panel] | type[stat.Panel] | type[heatmap.Panel]] = {
+    "timeseries": timeseries.Panel,
+    "stat": stat.Panel,
+    "heatmap": heatmap.Panel,
+}
 
 
 def _target(q: spec.Query, ref: str) -> prometheus.Dataquery:

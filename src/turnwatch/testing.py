@@ -1,4 +1,5 @@
-"""Helpers for testing code that embeds turnwatch: an event capture and an invariant checker.
+"""Helpers for testing code that embeds turnwatch: an event capture, an invariant checker and a
+clock that moves only when told.
 
 The checker reads the event stream (in-memory, or a ledger's) and reports every breach of the
 design's invariants 1, 2 and 4 that the stream shows. Our own tests, the benchmark's violation
@@ -7,14 +8,24 @@ counts and users' tests all use it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from turnwatch.runtime.clock import Clock
 from turnwatch.runtime.events import Event, MemorySink
 from turnwatch.runtime.fold import CallState, Fold, Move, Step
 from turnwatch.runtime.model import Policy
 
-__all__ = ["InvariantChecker", "Violation", "capture_events", "check_invariants"]
+__all__ = [
+    "InvariantChecker",
+    "ManualClock",
+    "Violation",
+    "capture_events",
+    "check_invariants",
+]
 
 
 def capture_events() -> MemorySink:
@@ -106,3 +117,74 @@ def check_invariants(events: Iterable[Event]) -> list[Violation]:
     for ev in events:
         checker.feed(ev)
     return checker.violations
+
+
+class ManualClock(Clock):
+    """A clock that moves only when told: give it to the runtime and to the host.
+
+    ``await clock.until_waiting(n)`` returns once ``n`` deadlines wait on it (the runtime's grace
+    window, the host's SIGKILL deadline); ``clock.advance(s)`` then moves time and fires every
+    deadline it passes. Processes, pipes and the kernel still run in real time.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._timers: list[tuple[float, asyncio.Future[None]]] = []
+        self._changed: asyncio.Event | None = None
+
+    def monotonic(self) -> float:
+        return self.now
+
+    @property
+    def waiting(self) -> int:
+        """Deadlines not yet reached that something waits on."""
+        return sum(1 for _d, fut in self._timers if not fut.done())
+
+    async def until_waiting(self, n: int) -> None:
+        """Until at least ``n`` deadlines wait on this clock."""
+        while self.waiting < n:
+            await self._event().wait()
+            self._event().clear()
+
+    def advance(self, seconds: float) -> None:
+        """Move time on by ``seconds``; every deadline now passed fires."""
+        self.now += seconds
+        left = []
+        for deadline, fut in self._timers:
+            if fut.done():
+                continue
+            if deadline <= self.now:
+                fut.set_result(None)
+            else:
+                left.append((deadline, fut))
+        self._timers = left
+
+    async def wait(self, fut: asyncio.Future[Any], timeout: float) -> bool:
+        timer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._timers.append((self.now + max(timeout, 0.0), timer))
+        self._event().set()
+        try:
+            await asyncio.wait((fut, timer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+        return fut.done()
+
+    async def limit(self, op: Callable[[float], Awaitable[bool]], timeout: float) -> bool:
+        # The operation bounds itself in real seconds: give it (almost) none of its own, and
+        # end it when this clock's deadline passes.
+        task = asyncio.ensure_future(op(_FOREVER_S))
+        if await self.wait(task, timeout):
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False
+
+    def _event(self) -> asyncio.Event:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+
+#: "No limit of its own" for an operation a ManualClock bounds: a day.
+_FOREVER_S = 86_400.0

@@ -4,6 +4,7 @@ by a real Prometheus scraping two turnwatch hosts.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -13,7 +14,6 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +95,7 @@ def get(url: str) -> Any:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, procs: Procs) -> Iterator[tuple[list[str], int]]:
+def fleet(tmp_path: Path, procs: Procs) -> tuple[list[str], int]:
     """Two turnwatch hosts (3 and 2 stops); the second runs a watchdog over its ledger."""
     hosts = [
         (tmp_path / "a.port", 3, []),
@@ -108,7 +108,7 @@ def fleet(tmp_path: Path, procs: Procs) -> Iterator[tuple[list[str], int]]:
         )
     for port_file, _n, _e in hosts:
         wait_until(
-            lambda p=port_file: Path(f"{p}.done").exists(),
+            Path(f"{port_file}.done").exists,
             timeout=60,
             what=f"{port_file.name} to run its stops",
         )
@@ -175,7 +175,7 @@ def test_fleet_end_to_end(tmp_path: Path, procs: Procs, fleet: tuple[list[str], 
     exprs = [q.expr for d in spec.DASHBOARDS for p in d.panels for q in p.queries]
     exprs += [r.record for r in spec.RECORDINGS] + [a.query for a in spec.ALERTS]
     for expr in exprs:
-        wait_until(lambda e=expr: query(e), timeout=60, what=f"data for {expr}")
+        wait_until(functools.partial(query, expr), timeout=60, what=f"data for {expr}")
     now = time.time()
     ex = get(
         f"{api}/query_exemplars?query=turnwatch_stop_to_settle_seconds_bucket"

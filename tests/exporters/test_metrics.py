@@ -39,14 +39,16 @@ def scrape(url: str) -> str:
     )
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
-        return resp.read().decode()
+        text: str = resp.read().decode()
+        return text
 
 
 async def test_a_stop_is_scraped_with_exemplars(
     registry: CollectorRegistry, endpoint: str, fifo: Path, tmp_path: Path
 ) -> None:
+    # Only what the stop itself produced is scraped here; the scrape-time gauges are checked
+    # against a real scan in tests/watchdog/test_gauges.py.
     metrics = StopMetrics(registry)
-    registry.register(LiveCollector(lambda: LiveState({"race": 1}, 2, 0)))
     sink = MemorySink()
     spans = SpanBuilder(TracerProvider().get_tracer("t"))
     rt = Runtime(
@@ -61,7 +63,8 @@ async def test_a_stop_is_scraped_with_exemplars(
     await until(lambda: sink.of(names.PERMISSION_REQUESTED), what="the prompt")
     await rt.abort("s")
 
-    families = {f.name: f for f in text_string_to_metric_families(scrape(endpoint))}
+    parsed = text_string_to_metric_families(scrape(endpoint))  # type: ignore[no-untyped-call]
+    families = {f.name: f for f in parsed}
     settle = families[names.M_STOP_TO_SETTLE]
     buckets = [s for s in settle.samples if s.name.endswith("_bucket")]
     assert {s.labels["le"] for s in buckets} >= {"0.0001", "0.005", "10.0"}
@@ -78,8 +81,6 @@ async def test_a_stop_is_scraped_with_exemplars(
     assert count == {"adr": 1.0}
     assert registry.get_sample_value(names.M_RESULTS_DISCARDED + "_total", {"tool": "Grep"}) == 1
     assert registry.get_sample_value(names.M_PERMISSIONS_CANCELLED + "_total") == 1
-    assert registry.get_sample_value(names.M_PINNED) == 2
-    assert registry.get_sample_value(names.M_INFLIGHT, {"policy": "race"}) == 1
     idle = registry.get_sample_value(names.M_STOP_TO_IDLE + "_count", {"mode": "adr"})
     assert idle == 1
 

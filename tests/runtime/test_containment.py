@@ -6,6 +6,7 @@ as known (strict xfail: if one starts passing, the mark must go), each with its 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -116,8 +117,8 @@ async def test_nothing_of_a_stopped_call_outlives_its_grace_window(
         procs.track(pid)
     if mode == "cgroup":
         cgroup = Path(started.attrs["cgroup"])
-        for pid in (cgroup / "cgroup.procs").read_text().split():
-            procs.track(int(pid))
+        for member in (cgroup / "cgroup.procs").read_text().split():
+            procs.track(int(member))
 
     await runtime.abort("s")
 
@@ -217,7 +218,7 @@ async def test_no_zombies_after_a_hundred_stops(mode: str, sink: MemorySink) -> 
     for i in range(100):
         turn = runtime.start_turn("s")
         call = turn.request("Bash", {"command": script})
-        await until(lambda c=call.call_id: output_of(sink, c), what=f"stop {i} ready")
+        await until(functools.partial(output_of, sink, call.call_id), what=f"stop {i} ready")
         await runtime.abort("s")
     await until(lambda: own_zombies() <= before, timeout=SLACK_S, what="every orphan reaped")
     assert check_invariants(sink.events) == []

@@ -175,11 +175,10 @@ def assert_agree(r: dict[str, Any]) -> None:
         (row.session, c.call): c.outcome for row in rows for c in row.calls if c.outcome
     }
     span_outcomes = {
-        (s.attributes[names.A_GENAI_CONVERSATION], s.attributes[names.A_GENAI_TOOL_CALL_ID]): (
-            s.attributes[names.A_OUTCOME]
-        )
+        (str(a[names.A_GENAI_CONVERSATION]), str(a[names.A_GENAI_TOOL_CALL_ID])): a[names.A_OUTCOME]
         for s in spans.ended
-        if s.name.startswith(names.SPAN_EXECUTE_TOOL_PREFIX) and s.attributes
+        if s.name.startswith(names.SPAN_EXECUTE_TOOL_PREFIX)
+        for a in [s.attributes or {}]
     }
     for key, outcome in span_outcomes.items():
         assert ledger_outcomes[key] == outcome, key

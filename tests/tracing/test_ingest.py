@@ -182,7 +182,7 @@ _ATTRS = st.one_of(
 @functools.cache
 def _plain() -> Callable[[object], object]:
     """The whole schema compiled as it is, with its if/then rules tried one by one."""
-    return fastjsonschema.compile(schema())  # type: ignore[no-any-return]
+    return fastjsonschema.compile(schema())
 
 
 @settings(max_examples=400, deadline=None)

@@ -40,10 +40,22 @@ def test_sessions_table_renders(tmp_path: Path) -> None:
     src = write(tmp_path / "e.jsonl", four_states())
     db = tmp_path / "ledger.sqlite3"
     runner.invoke(app, ["ingest", str(src), "--ledger", str(db)])
-    result = runner.invoke(app, ["sessions", "--ledger", str(db)])
+    result = runner.invoke(app, ["sessions", "--ledger", str(db)], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "pinned" in result.stdout
-    assert "pinned_session" in result.stdout
+    # Each session's row, cell by cell: its state column, not its name, says "pinned".
+    rows = {}
+    for line in result.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 7 and cells[0] in ("idle", "busy", "stopping", "pinned"):
+            rows[cells[0]] = cells
+    assert {s: r[1] for s, r in rows.items()} == {
+        "idle": "idle",
+        "busy": "processing",
+        "stopping": "stopping",
+        "pinned": "pinned",
+    }
+    assert rows["pinned"][6] == "pinned_session, abort_rpc_stuck"
+    assert rows["idle"][6] == "-"
 
 
 def test_missing_ledger_is_exit_2_naming_the_file(tmp_path: Path) -> None:

@@ -120,6 +120,7 @@ def far_runtime(tmp_path: Path, procs: Procs) -> Iterator[tuple[Path, Path, subp
     release_fifo(fifo)
     proc.kill()
     proc.wait()
+    assert proc.stdout is not None
     proc.stdout.close()
 
 
@@ -157,6 +158,7 @@ async def test_runtime_killed_mid_turn_leaves_an_orphan_that_is_reaped(
     conn = connect(path, readonly=True)
     (call,) = view.sessions(conn, only="far")[0].calls
     conn.close()
+    assert call.pid is not None
     bash = procs.track(call.pid)
     wait_until(lambda: bash.children(), what="the child sleep")
     child = procs.track(bash.children()[0].pid)
@@ -190,6 +192,7 @@ async def test_a_dead_runtimes_call_cgroup_is_killed_whole(tmp_path: Path, procs
     conn.close()
     assert call.containment == "cgroup"
     assert call.cgroup is not None
+    assert call.pid is not None
     bash = procs.track(call.pid)
     wait_until(lambda: pidfile.read_text().strip(), what="the escapee's pid")
     escapee = procs.track(int(pidfile.read_text()))

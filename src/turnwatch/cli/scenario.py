@@ -10,11 +10,12 @@ watchdog finds it and runs the abort walk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -114,10 +115,10 @@ def _first(events: list[Event], pred: Callable[[Event], bool]) -> Event | None:
     return next((e for e in events if pred(e)), None)
 
 
-async def _until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred() and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+async def _soon(event: Awaitable[object], timeout: float = 30.0) -> None:
+    """Wait for ``event``; a demo that cannot show a step goes on without it after ``timeout``."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event, timeout)
 
 
 async def watchdog_recovers(
@@ -220,18 +221,13 @@ async def _scenario(
     }
     say("demo-legacy (mode legacy): the same Grep")
     legacy_grep = legacy.start_turn("demo-legacy").request("Grep", {**GREP, "path": tree})
-    await _until(
-        lambda: all(
-            memory.of(names.TOOL_PROGRESS, call=h.call_id)
-            for k, h in calls.items()
-            if k in ("Bash", "GenerateImages")
-        )
-    )
+    for k in ("Bash", "GenerateImages"):
+        await _soon(memory.wait_for(names.TOOL_PROGRESS, call=calls[k].call_id))
     write = turn.request("Write", {"path": str(tmp / "big.bin"), "content": "x" * WRITE_BYTES})
     calls["Write (in progress)"] = write
-    await _until(lambda: bool(memory.of(names.PERMISSION_REQUESTED, call=write.call_id)))
+    await _soon(memory.wait_for(names.PERMISSION_REQUESTED, call=write.call_id))
     adr.answer_permission("demo-adr", write.call_id, approved=True)  # this one the user allows
-    await _until(lambda: bool(memory.of(names.TOOL_PROGRESS, call=write.call_id)))
+    await _soon(memory.wait_for(names.TOOL_PROGRESS, call=write.call_id))
 
     say("Stop clicked in both sessions")
     clicked = time.time()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from turnwatch import names
+from turnwatch.runtime.clock import REAL, Clock
 from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.gate import Prompt
 from turnwatch.runtime.model import POLICY_OF, Outcome, Phase, Policy, ToolClass, ToolResult
@@ -40,6 +41,7 @@ class CallEnv:
     sink: EventSink | None
     host: Host
     grace_s: float
+    clock: Clock = REAL
 
 
 class Owner(Protocol):
@@ -180,6 +182,7 @@ class Call:
         error_code: str | None = None,
         data: Mapping[str, Any] | None = None,
         phase: Phase | None = None,
+        error: str | None = None,
         **attrs: Any,
     ) -> bool:
         """Resolve the call once; False if it was already resolved."""
@@ -194,11 +197,15 @@ class Call:
         # session keeps its calls for receipts: the buffer would be a second copy for its life.
         self.output.clear()
         self._output_len = 0
-        self.result.set_result(ToolResult(self.call_id, self.tool, outcome, text, error_code, data))
+        self.result.set_result(
+            ToolResult(self.call_id, self.tool, outcome, text, error_code, data, error)
+        )
         if self.env.sink is not None and outcome is not Outcome.REFUSED:
             kind = (
                 names.TOOL_RESULT_DISCARDED if outcome is Outcome.DISCARDED else names.TOOL_FINISHED
             )
+            if error is not None:
+                attrs["error"] = error
             self.emit(kind, outcome=outcome.value, **attrs)
         self.turn.call_done(self)
         return True
@@ -222,12 +229,12 @@ class Call:
         code = names.TOOL_ABORTED if outcome is Outcome.ABORTED else None
         output = res.output if res.output or not self.output else None
         extra: dict[str, Any] = {"status": res.status.value}
-        if res.error:
-            extra["error"] = res.error
         if res.data is not None and res.data.get("lingering"):
             # Processes the call left running: the ledger keeps them as the call's.
             extra["lingering"] = res.data["lingering"]
-        self.finish(outcome, output=output, error_code=code, data=res.data, **extra)
+        self.finish(
+            outcome, output=output, error_code=code, data=res.data, error=res.error or None, **extra
+        )
 
     # --- the stop handlers (policy) ---
 
@@ -267,8 +274,7 @@ class Call:
     async def grace(self, window: float) -> None:
         """``grace``: wait at most ``window`` for the host's collected output, then give up."""
         assert self.exec_task is not None
-        done, _ = await asyncio.wait((self.exec_task,), timeout=window)
-        if done:
+        if await self.env.clock.wait(self.exec_task, window):
             if self.exec_task.cancelled() or self.exec_task.exception() is not None:
                 self.finish(Outcome.FAILED, error=repr(self.exec_task.exception()))
             else:

@@ -6,6 +6,7 @@ callable; with no sink nothing is built at all, so an unobserved runtime pays no
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
@@ -76,9 +77,33 @@ class MemorySink:
 
     def __init__(self) -> None:
         self.events: list[Event] = []
+        self._waiters: list[tuple[str, Mapping[str, Any], asyncio.Future[Event]]] = []
 
     def __call__(self, event: Event) -> None:
         self.events.append(event)
+        if self._waiters:
+            self._wake(event)
+
+    def _wake(self, event: Event) -> None:
+        left = []
+        for kind, match, fut in self._waiters:
+            if fut.done():
+                continue
+            if event.kind == kind and all(getattr(event, k) == v for k, v in match.items()):
+                fut.set_result(event)
+            else:
+                left.append((kind, match, fut))
+        self._waiters = left
+
+    async def wait_for(self, kind: str, **match: Any) -> Event:
+        """The first event of ``kind`` whose fields equal ``match``: one already seen, or the
+        next to arrive (from the loop's thread). An await, not a poll."""
+        seen = self.of(kind, **match)
+        if seen:
+            return seen[0]
+        fut: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+        self._waiters.append((kind, match, fut))
+        return await fut
 
     def __iter__(self) -> Iterator[Event]:
         return iter(self.events)

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from turnwatch.runtime.clock import REAL, Clock
 from turnwatch.runtime.protocol import (
     AbortRequest,
     ExecuteRequest,
@@ -63,10 +64,12 @@ class LocalHost:
         subreaper: bool = True,
         registry: AbortRegistry | None = None,
         containment: str = "auto",
+        clock: Clock = REAL,
     ) -> None:
         self.tools: dict[str, ToolFn] = dict(BUILTIN_TOOLS)
         self.registry = registry or AbortRegistry()
         self.containers = Containers.create(containment, subreaper=subreaper)
+        self.clock = clock
         self._inflight: dict[Key, ToolContext] = {}
         self._mcp: list[McpServer] = []
 
@@ -124,7 +127,13 @@ class LocalHost:
             return HostResult(
                 HostStatus.ERROR, error=f"unknown tool {request.tool!r}; tools: {known}"
             )
-        ctx = ToolContext(request, notify, asyncio.get_running_loop(), containers=self.containers)
+        ctx = ToolContext(
+            request,
+            notify,
+            asyncio.get_running_loop(),
+            containers=self.containers,
+            clock=self.clock,
+        )
         self._inflight[key] = ctx
         try:
             return await fn(ctx)

@@ -169,6 +169,8 @@ class ToolResult:
     output: str = ""
     error_code: str | None = None  # names.TOOL_ABORTED when stopped
     data: Mapping[str, Any] | None = None
+    #: Why it failed, in words the agent loop can pass on (the host's, or the exception's).
+    error: str | None = None
 
     @property
     def aborted(self) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 from turnwatch import names
 from turnwatch.runtime import procfs, walk
 from turnwatch.runtime.calls import CallEnv
+from turnwatch.runtime.clock import REAL, Clock
 from turnwatch.runtime.events import Event, EventSink, now_event
 from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.model import (
@@ -35,7 +36,8 @@ class Runtime:
     """The ADR's stop semantics over a :class:`~turnwatch.runtime.protocol.Host`.
 
     Create it inside a running event loop. ``sink`` receives every event; without one, nothing is
-    recorded and nothing is built.
+    recorded and nothing is built. ``clock`` measures the grace window (a test's ManualClock
+    makes it instant).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class Runtime:
         max_running: int = DEFAULT_MAX_RUNNING,
         registry: AbortRegistry | None = None,
         control: str | None = None,
+        clock: Clock = REAL,
     ) -> None:
         if grace_s <= 0:
             raise ValueError(f"grace window must be positive, got {grace_s}")
@@ -59,7 +62,11 @@ class Runtime:
         self.registry = registry or AbortRegistry()
         # What sessions, turns and calls get of the runtime: never the runtime itself.
         self.env = SessionEnv(
-            CallEnv(sink, host, grace_s), self.mode, self.registry, ask_permission, max_running
+            CallEnv(sink, host, grace_s, clock),
+            self.mode,
+            self.registry,
+            ask_permission,
+            max_running,
         )
         self.control = control  # the control socket's path, once one serves this runtime
         self.sessions: dict[str, Session] = {}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from turnwatch.runtime.cgroup import CallCgroup
+from turnwatch.runtime.clock import REAL, Clock
 from turnwatch.runtime.procfs import Proc, identity, read
 
 #: How long after SIGKILL (or ``cgroup.kill``) we wait to see every member gone.
@@ -192,9 +193,15 @@ class CgroupTarget:
 
 
 async def terminate(
-    target: Target, grace_s: float, *, kill_wait_s: float = KILL_WAIT_S, term: bool = True
+    target: Target,
+    grace_s: float,
+    *,
+    kill_wait_s: float = KILL_WAIT_S,
+    term: bool = True,
+    clock: Clock = REAL,
 ) -> Ended:
-    """SIGTERM every member, wait up to ``grace_s`` for all to go, then SIGKILL the rest.
+    """SIGTERM every member, wait up to ``grace_s`` (on ``clock``) for all to go, then SIGKILL
+    the rest and wait ``kill_wait_s`` (real time: the kernel's) to see them gone.
 
     ``term=False`` skips the SIGTERM: a termination resumed after its SIGTERM went out (the
     watchdog's journal) only waits out the rest of the window.
@@ -204,7 +211,7 @@ async def terminate(
         return Ended([], [], "none")
     if term:
         target.signal(signal.SIGTERM)
-    if await target.wait_gone(grace_s):
+    if await clock.limit(target.wait_gone, grace_s):
         return Ended(sorted(first), [], "SIGTERM")
     target.kill()
     await target.wait_gone(kill_wait_s)

@@ -143,6 +143,18 @@ def scan(
     started = time.perf_counter()
     now = time.time() if now is None else now
     table = table or ProcessTable.scan()
+    out = _recorded_processes(conn, cfg, now, table)
+    out += _outliving(conn, cfg, now, table)
+    out += _pinned(conn, cfg, now, table)
+    out += _overdue(conn, cfg, now)
+    out += _after_the_stop(conn)
+    return ScanResult(out, table, time.perf_counter() - started)
+
+
+def _recorded_processes(
+    conn: sqlite3.Connection, cfg: Config, now: float, table: ProcessTable
+) -> list[Finding]:
+    """Recorded pids alive now: orphans of a dead runtime, and processes past their grace."""
     out: list[Finding] = []
     live = sorted(table.procs)
     # Recorded tool processes that may still run: only pids alive now, found via the index.
@@ -169,9 +181,8 @@ def scan(
         if c.cgroup is not None or not table.alive(c.pid, c.create_time):
             continue  # a cgroup call is judged by its cgroup, below
         rpid, rct = runtimes.get(session, (None, None))
-        signalable = (
-            c.policy == Policy.GRACE.value
-        )  # mutating/extension processes are never signalled
+        # Mutating and extension processes are never signalled.
+        signalable = c.policy == Policy.GRACE.value
         if rpid is not None and not table.alive(rpid, rct):
             out.append(
                 _about(
@@ -196,7 +207,14 @@ def scan(
                     Action.TERMINATE,
                 )
             )
-    out += _outliving(conn, cfg, now, table)
+    return out
+
+
+def _pinned(
+    conn: sqlite3.Connection, cfg: Config, now: float, table: ProcessTable
+) -> list[Finding]:
+    """Sessions still "processing" that should not be, and abort RPCs that never returned."""
+    out: list[Finding] = []
     for r in conn.execute("SELECT * FROM sessions WHERE processing = 1"):
         state, since = view.judge(r, now, cfg)
         rpid = r["runtime_pid"]
@@ -231,9 +249,14 @@ def scan(
                     action=Action.ABORT_WALK,
                 )
             )
+    return out
+
+
+def _overdue(conn: sqlite3.Connection, cfg: Config, now: float) -> list[Finding]:
+    """Awaited calls (mutating, extension) silent long after the stop: reported, never touched."""
+    out: list[Finding] = []
     for r in conn.execute(
-        "SELECT * FROM calls WHERE abort_ts IS NOT NULL AND ended_ts IS NULL "
-        "AND class IN ('mutating', 'extension')"
+        "SELECT * FROM calls WHERE abort_ts IS NOT NULL AND ended_ts IS NULL AND policy = 'await'"
     ):
         c = view.call_view(r)
         quiet = max(c.abort_ts or 0.0, c.last_progress_ts or 0.0)
@@ -249,6 +272,12 @@ def scan(
                     Action.REPORT_AWAITED,
                 )
             )
+    return out
+
+
+def _after_the_stop(conn: sqlite3.Connection) -> list[Finding]:
+    """Activity after settlement, and permissions granted after the stop."""
+    out: list[Finding] = []
     for r in conn.execute(
         "SELECT c.*, s.stop_ts AS s_stop FROM calls c JOIN sessions s "
         "ON c.session = s.session AND c.turn = s.turn "
@@ -276,7 +305,7 @@ def scan(
                     f"{c.tool} was approved after the stop",
                 )
             )
-    return ScanResult(out, table, time.perf_counter() - started)
+    return out
 
 
 def _outliving(

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from turnwatch.runtime.clock import REAL, Clock
 from turnwatch.runtime.protocol import (
     AbortRequest,
     ExecuteRequest,
@@ -40,6 +41,8 @@ class ToolContext:
     abort: AbortRequest | None = None
     # The host's process containment (process tools only; None outside a host).
     containers: Containers | None = None
+    # The clock the grace window is measured on (the runtime's, in tests a manual one).
+    clock: Clock = REAL
 
     @property
     def args(self) -> Mapping[str, Any]:

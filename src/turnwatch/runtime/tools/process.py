@@ -215,14 +215,15 @@ async def _terminate(
     cgroup: CallCgroup | None,
 ) -> HostResult:
     assert ctx.abort is not None
-    started = time.monotonic()
+    clock = ctx.clock
+    started = clock.monotonic()
     window = max(ctx.abort.grace_s - ANSWER_MARGIN_S, ctx.abort.grace_s / 2)
     target = await box.target(proc.pid, marker, cgroup)
     try:
-        ended = await terminate.terminate(target, window)
+        ended = await terminate.terminate(target, window, clock=clock)
     finally:
         target.close()
-    await pipes.drain(min(DRAIN_CAP_S, max(started + window - time.monotonic(), 0.01)))
+    await pipes.drain(min(DRAIN_CAP_S, max(started + window - clock.monotonic(), 0.01)))
     code = proc.wait()
     return HostResult(
         HostStatus.ABORTED,
@@ -232,7 +233,7 @@ async def _terminate(
             "exit_code": code,
             "terminated_by": ended.by,
             "survivors": ended.alive,
-            "stop_to_exit_s": time.monotonic() - started,
+            "stop_to_exit_s": clock.monotonic() - started,
             "exit_mono_ns": exited.result() if exited.done() else None,
         },
     )
