@@ -12,11 +12,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,otlp]'
 	touch $(STAMP)
 
+# Every gate, each with its reason in pyproject.toml: lint, format, the import layers, generated
+# dashboards current, mypy --strict (src, tests, benchmarks), then the tests with a coverage floor.
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks dashboards
+	$(BIN)/ruff format --check src tests benchmarks dashboards
+	$(BIN)/lint-imports
 	$(BIN)/python -m dashboards.generate --check
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --cov --cov-report=term
 
 demo: $(STAMP)
 	$(BIN)/turnwatch demo --grace 2
@@ -26,11 +30,12 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks dashboards
+	$(BIN)/ruff format --check src tests benchmarks dashboards
+	$(BIN)/lint-imports
 	$(BIN)/python -m dashboards.generate --check
-	$(BIN)/ruff format --check src tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.*
