@@ -67,6 +67,89 @@ OTHER_KINDS: Final = (
 #: The closed set of event kinds: anything else is a bad line.
 EVENT_KINDS: Final = frozenset(STOP_PATH_KINDS + OTHER_KINDS)
 
+# --- Event attribute keys (design §3; documented in docs/names.md, "Event attributes") ---
+K_SOURCE: Final = "source"
+K_MODE: Final = "mode"
+K_RECEIPT: Final = "receipt"
+K_TRACEPARENT: Final = "traceparent"
+K_INFLIGHT: Final = "inflight"
+K_OUTCOME: Final = "outcome"
+K_SETTLED_BY: Final = "settled_by"
+K_PID: Final = "pid"
+K_CREATE_TIME: Final = "create_time"
+K_CONTROL: Final = "control"
+K_GRACE_S: Final = "grace_s"
+K_CLASS: Final = "class"
+K_POLICY: Final = "policy"
+K_CONTAINMENT: Final = "containment"
+K_CGROUP: Final = "cgroup"
+K_HOLES: Final = "holes"
+K_TEXT: Final = "text"
+K_PROGRESS: Final = "progress"
+K_TOTAL: Final = "total"
+K_STATUS: Final = "status"
+K_ERROR: Final = "error"
+K_ERROR_CODE: Final = "error_code"
+K_REASON: Final = "reason"
+K_BEFORE_START: Final = "before_start"
+K_GRACE_EXPIRED: Final = "grace_expired"
+K_AFTER_ABANDON: Final = "after_abandon"
+K_LINGERING: Final = "lingering"
+K_APPROVED: Final = "approved"
+K_PIDS: Final = "pids"
+K_SIGNAL: Final = "signal"
+K_SURVIVORS: Final = "survivors"
+K_FINDING: Final = "finding"
+K_DETAIL: Final = "detail"
+K_RESULT: Final = "result"
+K_ACTION: Final = "action"
+K_REFUSED_PIDS: Final = "refused_pids"
+K_STEP: Final = "step"
+K_KILL_AT: Final = "kill_at"
+#: Every key an event's ``attrs`` may carry: a producer emitting another is a defect.
+EVENT_ATTRIBUTES: Final = frozenset(
+    {
+        K_SOURCE,
+        K_MODE,
+        K_RECEIPT,
+        K_TRACEPARENT,
+        K_INFLIGHT,
+        K_OUTCOME,
+        K_SETTLED_BY,
+        K_PID,
+        K_CREATE_TIME,
+        K_CONTROL,
+        K_GRACE_S,
+        K_CLASS,
+        K_POLICY,
+        K_CONTAINMENT,
+        K_CGROUP,
+        K_HOLES,
+        K_TEXT,
+        K_PROGRESS,
+        K_TOTAL,
+        K_STATUS,
+        K_ERROR,
+        K_ERROR_CODE,
+        K_REASON,
+        K_BEFORE_START,
+        K_GRACE_EXPIRED,
+        K_AFTER_ABANDON,
+        K_LINGERING,
+        K_APPROVED,
+        K_PIDS,
+        K_SIGNAL,
+        K_SURVIVORS,
+        K_FINDING,
+        K_DETAIL,
+        K_RESULT,
+        K_ACTION,
+        K_REFUSED_PIDS,
+        K_STEP,
+        K_KILL_AT,
+    }
+)
+
 # --- Error codes ---
 TOOL_ABORTED: Final = "TOOL_ABORTED"
 
@@ -105,7 +188,9 @@ METRIC_FAMILIES: Final = (
 
 # --- Spans (design §5) ---
 SPAN_STOP: Final = "stop"
-SPAN_AGENT_ABORT: Final = "agent.abort"
+#: The stop RPC, and the span that times it.
+RPC_AGENT_ABORT: Final = "agent.abort"
+SPAN_AGENT_ABORT: Final = RPC_AGENT_ABORT
 SPAN_ABORT_WALK: Final = "abort.walk"
 SPAN_TOOLS_ABORT: Final = "tools.abort"
 SPAN_TURN_SETTLE: Final = "turn.settle"

@@ -14,6 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from turnwatch import names
+
 app = typer.Typer(
     name="turnwatch",
     help="Stop semantics for agent runtimes: trace every stop, find what still pins a session.",
@@ -88,7 +90,7 @@ def sessions(
     conn = read_conn(ledger)
     rows = annotate_findings(conn)
     if pinned:
-        rows = [r for r in rows if r.state == "pinned"]
+        rows = [r for r in rows if r.state == names.STATE_PINNED]
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in rows], indent=2) + "\n")
         return

@@ -139,10 +139,12 @@ _KEPT = {"cgroup": "cgroup", "process_group": "group"}
 
 def _detail(e: Event) -> str:
     parts = [
-        f"{k} {e.attrs[k]}" for k in ("source", "outcome", "inflight", "receipt") if k in e.attrs
+        f"{k} {e.attrs[k]}"
+        for k in (names.K_SOURCE, names.K_OUTCOME, names.K_INFLIGHT, names.K_RECEIPT)
+        if k in e.attrs
     ]
-    if e.attrs.get("settled_by"):
-        parts.append(f"by {e.attrs['settled_by']}")
+    if e.attrs.get(names.K_SETTLED_BY):
+        parts.append(f"by {e.attrs[names.K_SETTLED_BY]}")
     return ", ".join(parts)
 
 
@@ -198,7 +200,7 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         ("  session ", ""),
         (ex.session, "cyan"),
         (f"  mode {ex.mode}  ", ""),
-        (ex.state, "bold red" if ex.state == "pinned" else "green"),
+        (ex.state, "bold red" if ex.state == names.STATE_PINNED else "green"),
     )
     steps = Table(box=None, show_header=True, pad_edge=False)
     for col in ("offset", "step", ""):

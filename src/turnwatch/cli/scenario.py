@@ -304,6 +304,6 @@ async def _call_report(label: str, h: CallHandle, events: list[Event]) -> CallRe
         res.outcome.value,
         _span(stop, end),
         detail,
-        started.attrs.get("pid") if started else None,
+        started.attrs.get(names.K_PID) if started else None,
         started is not None,
     )

@@ -175,10 +175,10 @@ class StopMetrics:
         self.permissions_cancelled.inc()
 
     def _on_finding(self, st: Step) -> None:
-        self.findings.labels(kind=str(st.ev.attrs.get("finding", "unknown"))).inc()
+        self.findings.labels(kind=str(st.ev.attrs.get(names.K_FINDING, "unknown"))).inc()
 
     def _on_recovered(self, st: Step) -> None:
-        self.recoveries.labels(result=str(st.ev.attrs.get("result", "unknown"))).inc()
+        self.recoveries.labels(result=str(st.ev.attrs.get(names.K_RESULT, "unknown"))).inc()
 
     #: What each move does here; a move not listed does nothing.
     _ON_MOVE: ClassVar[Mapping[Move, Callable[[StopMetrics, Step], None]]] = {

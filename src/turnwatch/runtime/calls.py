@@ -138,15 +138,15 @@ class Call:
         """A ``Started`` or ``Progress`` from the host."""
         if isinstance(message, Started):
             self.pid, self.containment = message.pid, message.containment
-            attrs: dict[str, Any] = {"class": self.class_name}
+            attrs: dict[str, Any] = {names.K_CLASS: self.class_name}
             if message.pid is not None:
                 attrs.update(pid=message.pid, create_time=message.create_time)
             if message.containment is not None:
-                attrs["containment"] = message.containment
+                attrs[names.K_CONTAINMENT] = message.containment
             if message.cgroup is not None:
-                attrs["cgroup"] = message.cgroup
+                attrs[names.K_CGROUP] = message.cgroup
             if message.holes:
-                attrs["holes"] = list(message.holes)
+                attrs[names.K_HOLES] = list(message.holes)
             self.emit(names.TOOL_STARTED, **attrs)
             return
         if self.abandoned or self.phase.terminal:
@@ -165,11 +165,11 @@ class Call:
     def _heartbeat(self, message: Progress) -> None:
         attrs: dict[str, Any] = {}
         if message.text:
-            attrs["text"] = message.text[:PROGRESS_TEXT_CAP]
+            attrs[names.K_TEXT] = message.text[:PROGRESS_TEXT_CAP]
         if message.progress is not None:
-            attrs["progress"] = message.progress
+            attrs[names.K_PROGRESS] = message.progress
         if message.total is not None:
-            attrs["total"] = message.total
+            attrs[names.K_TOTAL] = message.total
         self.emit(names.TOOL_PROGRESS, **attrs)
 
     # --- resolution ---
@@ -205,7 +205,7 @@ class Call:
                 names.TOOL_RESULT_DISCARDED if outcome is Outcome.DISCARDED else names.TOOL_FINISHED
             )
             if error is not None:
-                attrs["error"] = error
+                attrs[names.K_ERROR] = error
             self.emit(kind, outcome=outcome.value, **attrs)
         self.turn.call_done(self)
         return True
@@ -228,10 +228,10 @@ class Call:
         outcome = _outcome_of(res, stopped)
         code = names.TOOL_ABORTED if outcome is Outcome.ABORTED else None
         output = res.output if res.output or not self.output else None
-        extra: dict[str, Any] = {"status": res.status.value}
-        if res.data is not None and res.data.get("lingering"):
+        extra: dict[str, Any] = {names.K_STATUS: res.status.value}
+        if res.data is not None and res.data.get(names.K_LINGERING):
             # Processes the call left running: the ledger keeps them as the call's.
-            extra["lingering"] = res.data["lingering"]
+            extra[names.K_LINGERING] = res.data[names.K_LINGERING]
         self.finish(
             outcome, output=output, error_code=code, data=res.data, error=res.error or None, **extra
         )
@@ -251,7 +251,7 @@ class Call:
             self.emit(
                 names.TOOLS_ABORT_SENT,
                 policy=self.policy_name,
-                **{"class": self.class_name},
+                **{names.K_CLASS: self.class_name},
                 source=source,
             )
         self.env.host.abort(

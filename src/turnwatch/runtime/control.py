@@ -16,6 +16,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from turnwatch import names
 from turnwatch.runtime.model import StopSource, TurnwatchError
 from turnwatch.runtime.runtime import Runtime
 
@@ -107,7 +108,7 @@ class ControlServer:
         if not isinstance(params, dict):
             return _error(rid, _INVALID_PARAMS, "params must be an object")
         try:
-            if method == "agent.abort":
+            if method == names.RPC_AGENT_ABORT:
                 receipt = await self.runtime.abort(
                     str(params["session"]),
                     source=params.get("source", StopSource.API),

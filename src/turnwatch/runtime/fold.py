@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
-from enum import Enum
+from enum import Enum, auto
 from typing import Any
 
 import orjson
@@ -44,30 +44,30 @@ __all__ = ["CallState", "Fold", "Move", "SessionState", "Step"]
 class Move(Enum):
     """What one event did on the stop path."""
 
-    SESSION = "session"  # a runtime announced itself for the session
-    TURN = "turn"  # a turn started: the session is processing
-    STOP = "stop"  # a stop began (the click, or the first accepted agent.abort)
-    RPC = "rpc"  # the stop's agent.abort arrived
-    JOINED = "joined"  # another agent.abort joined a stop under way
-    WALK = "walk"  # the abort walk started
-    SETTLED = "settled"  # the turn settled (first time)
-    RETURNED = "returned"  # an agent.abort that was not a join returned
-    CLEARED = "cleared"  # processing cleared: the UI is idle
-    REQUESTED = "requested"
-    PROMPTED = "prompted"  # a permission prompt opened
-    GRANTED = "granted"
-    DENIED = "denied"
-    CANCELLED = "cancelled"  # a stop closed the prompt: it can never be approved
-    STARTED = "started"
-    PROGRESS = "progress"
-    ABORT_SENT = "abort_sent"  # the call's tools.abort (first time)
-    GRACE_EXPIRED = "grace_expired"
-    RELEASED = "released"  # the runtime stopped holding the call (first end)
-    LATE = "late"  # the host answered after the call was released
-    REAPED = "reaped"  # processes the call left running were ended
-    CROSSED = "crossed"  # the event names another tool or turn than its call's
-    FINDING = "finding"
-    RECOVERED = "recovered"
+    SESSION = auto()  # a runtime announced itself for the session
+    TURN = auto()  # a turn started: the session is processing
+    STOP = auto()  # a stop began (the click, or the first accepted agent.abort)
+    RPC = auto()  # the stop's agent.abort arrived
+    JOINED = auto()  # another agent.abort joined a stop under way
+    WALK = auto()  # the abort walk started
+    SETTLED = auto()  # the turn settled (first time)
+    RETURNED = auto()  # an agent.abort that was not a join returned
+    CLEARED = auto()  # processing cleared: the UI is idle
+    REQUESTED = auto()
+    PROMPTED = auto()  # a permission prompt opened
+    GRANTED = auto()
+    DENIED = auto()
+    CANCELLED = auto()  # a stop closed the prompt: it can never be approved
+    STARTED = auto()
+    PROGRESS = auto()
+    ABORT_SENT = auto()  # the call's tools.abort (first time)
+    GRACE_EXPIRED = auto()
+    RELEASED = auto()  # the runtime stopped holding the call (first end)
+    LATE = auto()  # the host answered after the call was released
+    REAPED = auto()  # processes the call left running were ended
+    CROSSED = auto()  # the event names another tool or turn than its call's
+    FINDING = auto()
+    RECOVERED = auto()
 
 
 @dataclass(slots=True)
@@ -146,7 +146,7 @@ class CallState:
 SESSION_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SessionState))
 #: The ``calls`` columns, in the state's field order (``tool_class`` is stored as ``class``).
 CALL_COLUMNS: tuple[str, ...] = tuple(
-    "class" if f.name == "tool_class" else f.name for f in fields(CallState)
+    names.K_CLASS if f.name == "tool_class" else f.name for f in fields(CallState)
 )
 
 
@@ -275,10 +275,10 @@ _ACTIVITY = frozenset({names.TOOL_STARTED, names.TOOL_PROGRESS, names.TOOL_FINIS
 
 def _runtime(s: SessionState, ev: Event) -> tuple[Move, ...]:
     a = ev.attrs
-    s.runtime_pid = a.get("pid")
-    s.runtime_create_time = a.get("create_time")
-    s.control = a.get("control")
-    s.mode = a.get("mode") or s.mode
+    s.runtime_pid = a.get(names.K_PID)
+    s.runtime_create_time = a.get(names.K_CREATE_TIME)
+    s.control = a.get(names.K_CONTROL)
+    s.mode = a.get(names.K_MODE) or s.mode
     return (Move.SESSION,)
 
 
@@ -300,7 +300,7 @@ def _turn(s: SessionState, ev: Event) -> tuple[Move, ...]:
 def _begin(s: SessionState, ev: Event) -> None:
     s.stop_ts = ev.ts_unix
     s.stop_mono = ev.mono_ns
-    s.stop_source = ev.attrs.get("source")
+    s.stop_source = ev.attrs.get(names.K_SOURCE)
 
 
 def _clicked(s: SessionState, ev: Event) -> tuple[Move, ...]:
@@ -314,7 +314,7 @@ def _received(s: SessionState, ev: Event) -> tuple[Move, ...]:
     if _older(s, ev):
         return _NONE
     s.rpc_pending = 1
-    if ev.attrs.get("receipt") not in _ACCEPTED:
+    if ev.attrs.get(names.K_RECEIPT) not in _ACCEPTED:
         return (Move.JOINED,) if s.stopped else _NONE
     if not s.stopped:
         _begin(s, ev)
@@ -337,7 +337,7 @@ def _settled(s: SessionState, ev: Event) -> tuple[Move, ...]:
     if _older(s, ev) or s.settled_ts is not None:
         return _NONE
     s.settled_ts = ev.ts_unix
-    s.outcome = ev.attrs.get("outcome")
+    s.outcome = ev.attrs.get(names.K_OUTCOME)
     return (Move.SETTLED,)
 
 
@@ -345,7 +345,7 @@ def _returned(s: SessionState, ev: Event) -> tuple[Move, ...]:
     if _older(s, ev):
         return _NONE
     s.rpc_pending = 0
-    return _NONE if ev.attrs.get("receipt") == Receipt.JOINED.value else (Move.RETURNED,)
+    return _NONE if ev.attrs.get(names.K_RECEIPT) == Receipt.JOINED.value else (Move.RETURNED,)
 
 
 def _cleared(s: SessionState, ev: Event) -> tuple[Move, ...]:
@@ -383,7 +383,7 @@ _SESSION_RULES: Mapping[str, Callable[[SessionState, Event], tuple[Move, ...]]] 
 
 
 def _requested(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
-    cls = class_of(ev.tool or "", ev.attrs.get("class"))
+    cls = class_of(ev.tool or "", ev.attrs.get(names.K_CLASS))
     c.tool_class, c.policy, c.requested_ts = cls.value, POLICY_OF[cls].value, ev.ts_unix
     return (Move.REQUESTED,)
 
@@ -412,9 +412,9 @@ def _cancelled(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
 def _started(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
     a = ev.attrs
     c.started_ts = ev.ts_unix
-    if a.get("pid") is not None:
-        c.pid, c.create_time, c.procs_live = a.get("pid"), a.get("create_time"), 1
-    c.containment, c.cgroup = a.get("containment"), a.get("cgroup")
+    if a.get(names.K_PID) is not None:
+        c.pid, c.create_time, c.procs_live = a.get(names.K_PID), a.get(names.K_CREATE_TIME), 1
+    c.containment, c.cgroup = a.get(names.K_CONTAINMENT), a.get(names.K_CGROUP)
     if c.cgroup is not None:
         c.procs_live = 1
     return (Move.STARTED,)
@@ -440,10 +440,10 @@ def _ended(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
     a = ev.attrs
     if ev.kind == names.TOOL_FINISHED:
         c.done_ts = c.done_ts or ev.ts_unix
-        if "status" in a:
+        if names.K_STATUS in a:
             # The host's own answer: it returned once its processes were gone, except those it
             # names as lingering (they belong to the call until someone ends them).
-            left = a.get("lingering")
+            left = a.get(names.K_LINGERING)
             c.lingering = orjson.dumps(list(left), default=str).decode() if left else None
             c.procs_live = 1 if left else 0
     if c.ended_ts is not None:
@@ -452,7 +452,7 @@ def _ended(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
         c.late_ts = ev.ts_unix  # a second end: a result that outlived the runtime's wait
         return (Move.LATE,)
     c.ended_ts = ev.ts_unix
-    c.outcome = a.get("outcome") or _DEFAULT_OUTCOME[ev.kind]
+    c.outcome = a.get(names.K_OUTCOME) or _DEFAULT_OUTCOME[ev.kind]
     return _RELEASED
 
 
@@ -480,4 +480,4 @@ _CALL_RULES: Mapping[str, Callable[[CallState, Event, SessionState], tuple[Move,
 
 def state_values(state: Any, columns: tuple[str, ...]) -> tuple[Any, ...]:
     """A state's values in column order (``class`` read from ``tool_class``)."""
-    return tuple(getattr(state, "tool_class" if k == "class" else k) for k in columns)
+    return tuple(getattr(state, "tool_class" if k == names.K_CLASS else k) for k in columns)

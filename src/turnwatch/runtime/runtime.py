@@ -98,13 +98,13 @@ class Runtime:
         sess = Session(self.env, session_id)
         self.sessions[session_id] = sess
         attrs: dict[str, Any] = {
-            "pid": self._pid,
-            "create_time": self._create_time,
-            "mode": self.mode.value,
-            "grace_s": self.grace_s,
+            names.K_PID: self._pid,
+            names.K_CREATE_TIME: self._create_time,
+            names.K_MODE: self.mode.value,
+            names.K_GRACE_S: self.grace_s,
         }
         if self.control:
-            attrs["control"] = self.control
+            attrs[names.K_CONTROL] = self.control
         self.emit(names.RUNTIME_STARTED, session_id, attrs=attrs)
         return sess
 
@@ -207,7 +207,10 @@ class Runtime:
                     names.ABORT_RPC_RECEIVED,
                     session_id,
                     turn=named.id,
-                    attrs={"source": src.value, "receipt": Receipt.ALREADY_SETTLED.value},
+                    attrs={
+                        names.K_SOURCE: src.value,
+                        names.K_RECEIPT: Receipt.ALREADY_SETTLED.value,
+                    },
                 )
                 sess.returned(named, Receipt.ALREADY_SETTLED)
                 return Receipt.ALREADY_SETTLED
@@ -217,7 +220,7 @@ class Runtime:
                 names.ABORT_RPC_RECEIVED,
                 session_id,
                 turn=live.id,
-                attrs={"source": src.value, "receipt": Receipt.JOINED.value},
+                attrs={names.K_SOURCE: src.value, names.K_RECEIPT: Receipt.JOINED.value},
             )
             if src is StopSource.WATCHDOG and not live.walked:
                 self._walk(live, src)
@@ -229,12 +232,12 @@ class Runtime:
         if clicked_at is not None and self.sink is not None:
             self.sink(_clicked_event(session_id, live.id, clicked_at, src))
         attrs: dict[str, Any] = {
-            "source": src.value,
-            "mode": self.mode.value,
-            "receipt": Receipt.ACCEPTED.value,
+            names.K_SOURCE: src.value,
+            names.K_MODE: self.mode.value,
+            names.K_RECEIPT: Receipt.ACCEPTED.value,
         }
         if traceparent:
-            attrs["traceparent"] = traceparent
+            attrs[names.K_TRACEPARENT] = traceparent
         self.emit(names.ABORT_RPC_RECEIVED, session_id, turn=live.id, attrs=attrs)
         live.stop_task = asyncio.get_running_loop().create_task(
             self._stop(live, src), name=f"stop {live.id}"
@@ -261,7 +264,7 @@ class Runtime:
             names.ABORT_WALK_STARTED,
             turn.session.id,
             turn=turn.id,
-            attrs={"inflight": len(inflight), "source": src.value},
+            attrs={names.K_INFLIGHT: len(inflight), names.K_SOURCE: src.value},
         )
         # The watchdog's walk is the ADR's whatever this runtime's mode: that is the recovery.
         mode = self.mode if src is not StopSource.WATCHDOG else Mode.ADR
@@ -286,16 +289,16 @@ class Runtime:
                 call=reaped.call_id,
                 tool=reaped.tool,
                 attrs={
-                    "pids": list(reaped.gone),
-                    "signal": reaped.by,
-                    "survivors": list(reaped.survivors),
-                    "lingering": True,
+                    names.K_PIDS: list(reaped.gone),
+                    names.K_SIGNAL: reaped.by,
+                    names.K_SURVIVORS: list(reaped.survivors),
+                    names.K_LINGERING: True,
                 },
             )
 
 
 def _clicked_event(session: str, turn: str, clicked_at: float, src: StopSource) -> Event:
-    ev = now_event(names.STOP_CLICKED, session, turn=turn, attrs={"source": src.value})
+    ev = now_event(names.STOP_CLICKED, session, turn=turn, attrs={names.K_SOURCE: src.value})
     # Place the click on the monotonic clock too, so offsets from it are exact.
     lag_ns = max(0, int((ev.ts_unix - clicked_at) * 1e9))
     return ev._replace(ts_unix=clicked_at, mono_ns=(ev.mono_ns or 0) - lag_ns)

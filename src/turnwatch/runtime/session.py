@@ -123,7 +123,7 @@ class Turn:
         self._open += 1
         self._idle.clear()
         call.emit(
-            names.TOOL_REQUESTED, **{"class": call.tool_class.value}, policy=call.policy.value
+            names.TOOL_REQUESTED, **{names.K_CLASS: call.tool_class.value}, policy=call.policy.value
         )
         early = env.registry.take(sess.id, self.id, cid, tool)
         if self.stopping or self.settled.done() or early is not None:
@@ -206,7 +206,7 @@ class Turn:
         sess.emit(
             names.TURN_SETTLED,
             self.id,
-            {"outcome": outcome.value, "mode": sess.env.mode.value},
+            {names.K_OUTCOME: outcome.value, names.K_MODE: sess.env.mode.value},
         )
         sess.env.registry.forget_turn(sess.id, self.id)
         sess.turn_settled(self)
@@ -299,7 +299,7 @@ class Session:
         self.turns[tid] = turn
         self.live = turn
         self.processing = True
-        self.emit(names.TURN_STARTED, tid, {"mode": self.env.mode.value})
+        self.emit(names.TURN_STARTED, tid, {names.K_MODE: self.env.mode.value})
         return turn
 
     @property
@@ -322,7 +322,7 @@ class Session:
         If the RPC never returns (its caller went away), "processing" stays set: the pinned
         session of the field report, which the watchdog finds and a later stop clears.
         """
-        self.emit(names.ABORT_RPC_RETURNED, turn.id, {"receipt": receipt.value})
+        self.emit(names.ABORT_RPC_RETURNED, turn.id, {names.K_RECEIPT: receipt.value})
         if self.processing and self.live is None:
             self.processing = False
             self.emit(names.PROCESSING_CLEARED, turn.id)

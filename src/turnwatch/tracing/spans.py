@@ -113,9 +113,9 @@ class SpanBuilder:
             return None
         ev = st.ev
         stop.agent_abort = self._child(names.SPAN_AGENT_ABORT, stop.root, ev, kind=SpanKind.SERVER)
-        stop.agent_abort.set_attribute(names.A_SOURCE, str(ev.attrs.get("source", "")))
-        if ev.attrs.get("mode"):
-            stop.root.set_attribute(names.A_MODE, str(ev.attrs["mode"]))
+        stop.agent_abort.set_attribute(names.A_SOURCE, str(ev.attrs.get(names.K_SOURCE, "")))
+        if ev.attrs.get(names.K_MODE):
+            stop.root.set_attribute(names.A_MODE, str(ev.attrs[names.K_MODE]))
         return stop.agent_abort
 
     def _on_joined(self, st: Step) -> Span | None:
@@ -123,7 +123,7 @@ class SpanBuilder:
         if stop is None:
             return None
         span = stop.agent_abort or stop.root
-        source = str(st.ev.attrs.get("source", ""))
+        source = str(st.ev.attrs.get(names.K_SOURCE, ""))
         span.add_event("joined", {names.A_SOURCE: source}, timestamp=_ns(st.ev))
         return span
 
@@ -133,7 +133,7 @@ class SpanBuilder:
             return None
         parent = stop.agent_abort or stop.root
         stop.walk = self._child(names.SPAN_ABORT_WALK, parent, st.ev)
-        stop.walk.set_attribute(names.A_WALK_INFLIGHT, int(st.ev.attrs.get("inflight", 0)))
+        stop.walk.set_attribute(names.A_WALK_INFLIGHT, int(st.ev.attrs.get(names.K_INFLIGHT, 0)))
         stop.settle = self._child(names.SPAN_TURN_SETTLE, parent, st.ev)
         return stop.walk
 
@@ -158,7 +158,7 @@ class SpanBuilder:
         stop = self._stops.get(st.ev.session)
         if stop is None or stop.agent_abort is None:
             return None
-        stop.agent_abort.set_attribute(names.A_RECEIPT, str(st.ev.attrs.get("receipt")))
+        stop.agent_abort.set_attribute(names.A_RECEIPT, str(st.ev.attrs.get(names.K_RECEIPT)))
         stop.agent_abort.end(_ns(st.ev))
         return stop.agent_abort
 
@@ -172,9 +172,9 @@ class SpanBuilder:
 
     def _root(self, ev: Event, clicked: bool) -> Span:
         parent_ctx = None
-        tp = ev.attrs.get("traceparent")
+        tp = ev.attrs.get(names.K_TRACEPARENT)
         if isinstance(tp, str):
-            parent_ctx = _PROPAGATOR.extract({"traceparent": tp})
+            parent_ctx = _PROPAGATOR.extract({"traceparent": tp})  # the W3C header
         span = self.tracer.start_span(
             names.SPAN_STOP,
             context=parent_ctx,
@@ -273,7 +273,9 @@ class SpanBuilder:
         if ex is not None:
             ex.span.set_attribute(names.A_OUTCOME, outcome)
             if failed:
-                ex.span.set_attribute(names.A_ERROR_TYPE, str(ev.attrs.get("error", "failed")))
+                ex.span.set_attribute(
+                    names.A_ERROR_TYPE, str(ev.attrs.get(names.K_ERROR, "failed"))
+                )
             ex.span.end(_ns(ev))
         stop = self._stops.get(ev.session)
         abort_span = stop.tools.pop(call.call, None) if stop is not None else None

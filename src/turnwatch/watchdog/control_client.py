@@ -7,6 +7,8 @@ import json
 import socket
 from typing import Any
 
+from turnwatch import names
+
 _ids = itertools.count(1)
 
 
@@ -43,5 +45,10 @@ def call(path: str, method: str, params: dict[str, Any], *, timeout: float = 60.
 
 def abort(path: str, session: str, *, timeout: float = 60.0) -> str:
     """``agent.abort`` with source ``watchdog``; returns the receipt."""
-    result = call(path, "agent.abort", {"session": session, "source": "watchdog"}, timeout=timeout)
+    result = call(
+        path,
+        names.RPC_AGENT_ABORT,
+        {"session": session, "source": "watchdog"},
+        timeout=timeout,
+    )
     return str(result["receipt"])

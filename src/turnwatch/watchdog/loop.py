@@ -128,9 +128,9 @@ class Watchdog:
                         call=f.call,
                         tool=f.tool,
                         attrs={
-                            "finding": f.kind,
-                            "detail": f.detail,
-                            **({"pid": f.pid} if f.pid else {}),
+                            names.K_FINDING: f.kind,
+                            names.K_DETAIL: f.detail,
+                            **({names.K_PID: f.pid} if f.pid else {}),
                         },
                     )
                 )

@@ -186,9 +186,12 @@ class Recoverer:
             )
             return Recovery(f, how, R.FAILED, "not settled: " + "; ".join(held))
         for kind, attrs in (
-            (names.TURN_SETTLED, {"outcome": TurnOutcome.ABORTED, "settled_by": "watchdog"}),
-            (names.ABORT_RPC_RETURNED, {"receipt": "watchdog"}),
-            (names.PROCESSING_CLEARED, {"by": "watchdog"}),
+            (
+                names.TURN_SETTLED,
+                {names.K_OUTCOME: TurnOutcome.ABORTED, names.K_SETTLED_BY: "watchdog"},
+            ),
+            (names.ABORT_RPC_RETURNED, {names.K_SETTLED_BY: "watchdog"}),
+            (names.PROCESSING_CLEARED, {names.K_SETTLED_BY: "watchdog"}),
         ):
             self.sink(now_event(kind, f.session, turn=f.turn, attrs=attrs))
         self.record(names.WATCHDOG_RECOVERED, f, result=R.OK, action=how)
@@ -206,8 +209,8 @@ class Recoverer:
                 (names.TOOLS_ABORT_SENT, f.session, f.call),
             ):
                 attrs = codec.loads_stored(r[0])
-                if attrs.get("step") == "sigterm" and attrs.get("pid") == f.pid:
-                    return float(attrs["kill_at"])
+                if attrs.get(names.K_STEP) == "sigterm" and attrs.get(names.K_PID) == f.pid:
+                    return float(attrs[names.K_KILL_AT])
         finally:
             conn.close()
         return None
@@ -241,7 +244,7 @@ class Recoverer:
                     result=R.REFUSED,
                     action=how,
                     pid=first,
-                    refused=refused,
+                    refused_pids=refused,
                 )
             return Recovery(f, how, R.REFUSED, f"pid {first} fails the identity checks")
         targets = [t for t in targets if t.pid not in refused]
@@ -320,6 +323,6 @@ class Recoverer:
             result=result,
             action=how,
             survivors=ended.alive,
-            refused=refused,
+            refused_pids=refused,
         )
         return Recovery(f, how, result, f"{len(ended.gone)} gone, {len(ended.alive)} left" + note)
