@@ -130,7 +130,10 @@ class StopMetrics:
 
     def observe(self, ev: Event) -> None:
         """Count one event (in stream order)."""
-        st = self.fold(ev)
+        self.on_step(self.fold(ev))
+
+    def on_step(self, st: Step) -> None:
+        """Count one step (a pipeline that folds once calls this)."""
         for move in st.moves:
             on = self._ON_MOVE.get(move)
             if on is not None:

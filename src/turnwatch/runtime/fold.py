@@ -30,15 +30,15 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from enum import Enum, auto
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
-from turnwatch.runtime.model import POLICY_OF, Outcome, Receipt, class_of
+from turnwatch.runtime.model import POLICY_OF, Outcome, Receipt, ToolClass, class_of
 
-__all__ = ["CallState", "Fold", "Move", "SessionState", "Step"]
+__all__ = ["CallState", "Fold", "Move", "SessionState", "Step", "StepReader", "Store"]
 
 
 class Move(Enum):
@@ -197,12 +197,16 @@ class Store:
             # its class is the tool's own, or extension.
             cls = class_of(ev.tool or "")
             c = self.calls[key] = CallState(
-                ev.session, ev.call, ev.turn, ev.tool, cls.value, POLICY_OF[cls].value
+                ev.session, ev.call, ev.turn, ev.tool, _CLASS_NAME[cls], _POLICY_NAME[cls]
             )
         return c
 
 
+# Plain strings per class: an enum's .value is a descriptor call, and this runs per event.
+_CLASS_NAME: Mapping[ToolClass, str] = {c: c.value for c in ToolClass}
+_POLICY_NAME: Mapping[ToolClass, str] = {c: POLICY_OF[c].value for c in ToolClass}
 _NONE: tuple[Move, ...] = ()
+_CROSSED = (Move.CROSSED,)
 _RELEASED = (Move.RELEASED,)
 #: What a long-running reader (spans, metrics) keeps of calls already released.
 MAX_RELEASED = 10_000
@@ -221,10 +225,13 @@ class Fold:
         self.store = store if store is not None else Store()
 
     def __call__(self, ev: Event) -> Step:
+        # The busiest function of a traced runtime's writer thread: every event, three times a
+        # call. Plain lookups, no enum attribute access.
+        kind, ts = ev.kind, ev.ts_unix
         s = self.store.session(ev.session)
-        if s.last_ts is None or ev.ts_unix > s.last_ts:
-            s.last_ts = ev.ts_unix
-        on_session = _SESSION_RULES.get(ev.kind)
+        if s.last_ts is None or ts > s.last_ts:
+            s.last_ts = ts
+        on_session = _SESSION_RULES.get(kind)
         if on_session is not None:
             return Step(on_session(s, ev), ev, s, None)
         if ev.call is None:
@@ -233,18 +240,14 @@ class Fold:
         if (ev.tool is not None and ev.tool != c.tool) or (
             ev.turn is not None and ev.turn != c.turn
         ):
-            return Step((Move.CROSSED,), ev, s, c)
-        on_call = _CALL_RULES.get(ev.kind)
+            return Step(_CROSSED, ev, s, c)
+        on_call = _CALL_RULES.get(kind)
         moves = on_call(c, ev, s) if on_call is not None else _NONE
         if moves is _RELEASED:
             self.store.released(c)
-        if (
-            s.settled_ts is not None
-            and c.turn == s.turn
-            and ev.kind in _ACTIVITY
-            and ev.ts_unix > s.settled_ts
-        ):
-            c.late_ts = c.late_ts or ev.ts_unix  # the call did something after its turn settled
+        settled = s.settled_ts
+        if settled is not None and ts > settled and kind in _ACTIVITY and c.turn == s.turn:
+            c.late_ts = c.late_ts or ts  # the call did something after its turn settled
         return Step(moves, ev, s, c)
 
     def feed(self, events: Iterable[Event]) -> list[Step]:
@@ -384,7 +387,7 @@ _SESSION_RULES: Mapping[str, Callable[[SessionState, Event], tuple[Move, ...]]] 
 
 def _requested(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
     cls = class_of(ev.tool or "", ev.attrs.get(names.K_CLASS))
-    c.tool_class, c.policy, c.requested_ts = cls.value, POLICY_OF[cls].value, ev.ts_unix
+    c.tool_class, c.policy, c.requested_ts = _CLASS_NAME[cls], _POLICY_NAME[cls], ev.ts_unix
     return (Move.REQUESTED,)
 
 
@@ -476,6 +479,15 @@ _CALL_RULES: Mapping[str, Callable[[CallState, Event, SessionState], tuple[Move,
     names.TOOL_REFUSED: _ended,
     names.PROCESS_REAPED: _reaped,
 }
+
+
+@runtime_checkable
+class StepReader(Protocol):
+    """A consumer that reads steps: a pipeline folds each event once and hands every reader the
+    same :class:`Step` (spans and metrics), instead of each folding it again."""
+
+    def on_step(self, st: Step) -> object:
+        """Read one step (its ``ev`` may be the stamped copy of the event)."""
 
 
 def state_values(state: Any, columns: tuple[str, ...]) -> tuple[Any, ...]:

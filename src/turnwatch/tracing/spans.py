@@ -77,19 +77,25 @@ class SpanBuilder:
         self._stops: dict[str, _Stop] = {}
 
     def __call__(self, ev: Event) -> Event:
-        st = self.fold(ev)
+        return self.on_step(self.fold(ev))
+
+    def on_step(self, st: Step) -> Event:
+        """The step's event, stamped with its span's ids (a pipeline that folds once calls this)."""
+        ev, call = st.ev, st.call
+        key = (ev.session, call.call) if call is not None else None
+        # The call's execute_tool span as it was before this event (its release ends it).
+        ex = self._exec.get(key) if key is not None else None
         span: Span | None = None
         for move in st.moves:
             on = self._ON_MOVE.get(move)
             if on is not None:
                 span = on(self, st) or span
-        if span is not None:
-            ids: tuple[str, str] | None = _ids(span)
-        elif st.call is not None:
-            ex = self._exec.get((ev.session, st.call.call))
+        ids: tuple[str, str] | None = None
+        if span is not None:  # a stop's span, or a tools.abort: stamped with it
+            ids = _ids(span)
+        elif key is not None:  # any other event of a call: its execute_tool span's ids
+            ex = ex or self._exec.get(key)
             ids = ex.ids if ex is not None else None
-        else:
-            ids = None
         if ids is None:
             return ev
         # The first eight fields and the two ids, not _replace: this runs for most events.
@@ -207,13 +213,11 @@ class SpanBuilder:
 
     # --- calls ---
 
-    def _on_started(self, st: Step) -> Span:
+    def _on_started(self, st: Step) -> None:
         assert st.call is not None
         key = (st.ev.session, st.call.call)
-        ex = self._exec.get(key)
-        if ex is None:
-            ex = self._exec[key] = self._start_exec(st.ev, st.call)
-        return ex.span
+        if key not in self._exec:
+            self._exec[key] = self._start_exec(st.ev, st.call)
 
     def _on_abort_sent(self, st: Step) -> Span | None:
         stop = self._stops.get(st.ev.session)
@@ -284,8 +288,7 @@ class SpanBuilder:
             if failed:  # the abort itself failed: the host could not stop it
                 abort_span.set_attribute(names.A_ERROR_TYPE, "tool_failed_during_abort")
             abort_span.end(_ns(ev))
-            return abort_span
-        return ex.span if ex is not None else None
+        return abort_span  # None: stamped with its execute_tool span, as before the release
 
     #: What each move does here; a move not listed does nothing.
     _ON_MOVE: ClassVar[Mapping[Move, Callable[[SpanBuilder, Step], Span | None]]] = {
