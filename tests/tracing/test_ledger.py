@@ -19,7 +19,8 @@ from tests.conftest import wait_until
 from turnwatch import names
 from turnwatch.runtime.events import now_event
 from turnwatch.tracing import view
-from turnwatch.tracing.ledger import Ledger, LedgerError, connect, default_path, read_events
+from turnwatch.tracing.ledger import Ledger, LedgerError, connect, read_events
+from turnwatch.tracing.paths import default_path
 
 #: Columns 0.1.0 (schema 1) did not have.
 NEW_SINCE_1 = {

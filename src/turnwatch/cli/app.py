@@ -15,13 +15,14 @@ import typer
 from rich.console import Console
 
 from turnwatch import names
+from turnwatch.tracing.paths import default_path
 
 app = typer.Typer(
     name="turnwatch",
     help="Stop semantics for agent runtimes: trace every stop, find what still pins a session.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
 )
 console = Console()
 err = Console(stderr=True, soft_wrap=True)  # one message, one line: grep-able
@@ -33,7 +34,7 @@ LedgerOpt = Annotated[
     typer.Option(
         "--ledger",
         help="Ledger file [default: $TURNWATCH_LEDGER, else "
-        "$XDG_STATE_HOME/turnwatch/ledger.sqlite3].",
+        f"$XDG_STATE_HOME/turnwatch/ledger.sqlite3; here {default_path()}].",
         show_default=False,
     ),
 ]
@@ -53,8 +54,6 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 
 
 def ledger_path(path: Path | None) -> Path:
-    from turnwatch.tracing.ledger import default_path
-
     return path if path is not None else default_path()
 
 
@@ -287,11 +286,19 @@ def recover(
 @app.command()
 def watch(
     ledger: LedgerOpt = None,
-    once: Annotated[bool, typer.Option("--once", help="One scan, then exit.")] = False,
+    once: Annotated[
+        bool, typer.Option("--once", help="One scan, report, exit (recovers only with --recover).")
+    ] = False,
     interval: Annotated[float, typer.Option(help="Seconds between scans.")] = 5.0,
     recover: Annotated[
-        bool, typer.Option("--recover/--no-recover", help="Recover what it finds.")
-    ] = True,
+        bool | None,
+        typer.Option(
+            "--recover/--no-recover",
+            help="Recover what it finds "
+            "[default: --recover for the loop, --no-recover with --once].",
+            show_default=False,
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say, do not act.")] = False,
     metrics_addr: Annotated[
         str | None, typer.Option("--metrics-addr", help="HOST:PORT of /metrics (loop only).")
@@ -301,9 +308,14 @@ def watch(
     overdue_after: OverdueOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The watchdog loop (exit 1 after --once when findings remain)."""
+    """The watchdog: scan every --interval and recover what it finds.
+
+    With --once it scans once and only reports, unless --recover is given: looking never kills.
+    Exit 1 after --once when findings remain.
+    """
     from turnwatch.cli import watchcmd
 
+    recover = (not once) if recover is None else recover
     path = ledger_path(ledger)
     read_conn(path).close()
     say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False))

@@ -16,6 +16,7 @@ from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
 from turnwatch.watchdog.loop import Cycle, Watchdog
+from turnwatch.watchdog.report import ChangeLog
 from turnwatch.watchdog.scan import Config
 
 
@@ -77,10 +78,12 @@ def loop(
         server, port = http.serve(registry, metrics_addr)
         say(f"metrics on http://{http.parse_addr(metrics_addr)[0]}:{port}/metrics")
 
+    log = ChangeLog()
+
     def after(cycle: Cycle) -> None:
         follower.poll()
-        for a in cycle.actions:
-            say(f"{a.finding.kind} {a.finding.session}: {a.action} → {a.result} {a.detail}")
+        for line in log.lines(cycle):
+            say(line)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -136,10 +136,12 @@ class RecoveryResult(StrEnum):
     OK = "ok"
     FAILED = "failed"  # tried, and something is still held (named in ``error``/``survivors``)
     REFUSED = "refused"  # not tried: the target failed the identity checks
-    SKIPPED = "skipped"  # nothing to do (already gone), or the rate limit held it back
-    # Never recorded, only returned: what a dry run would do, what is reported only.
+    SKIPPED = "skipped"  # nothing to do: already gone, already empty
+    # Never recorded, only returned: what a dry run would do, what is reported only, and what
+    # waits (the rate limit, or the back-off after a failure): the finding stands.
     DRY_RUN = "dry_run"
     REPORT_ONLY = "report_only"
+    DEFERRED = "deferred"
 
     @property
     def recorded(self) -> bool:

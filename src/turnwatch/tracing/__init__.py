@@ -8,7 +8,8 @@ from turnwatch._lazy import exports
 
 if TYPE_CHECKING:
     from turnwatch.tracing.ingest import BadLine, IngestReport, ingest, parse_line
-    from turnwatch.tracing.ledger import Ledger, LedgerError, connect, default_path, read_events
+    from turnwatch.tracing.ledger import Ledger, LedgerError, connect, read_events
+    from turnwatch.tracing.paths import default_path
     from turnwatch.tracing.pipeline import Telemetry
     from turnwatch.tracing.spans import SpanBuilder
     from turnwatch.tracing.view import CallView, SessionView, Thresholds, sessions, timeline
@@ -21,7 +22,7 @@ _WHERE = {
     "Ledger": "turnwatch.tracing.ledger",
     "LedgerError": "turnwatch.tracing.ledger",
     "connect": "turnwatch.tracing.ledger",
-    "default_path": "turnwatch.tracing.ledger",
+    "default_path": "turnwatch.tracing.paths",
     "read_events": "turnwatch.tracing.ledger",
     "Telemetry": "turnwatch.tracing.pipeline",
     "SpanBuilder": "turnwatch.tracing.spans",

@@ -12,7 +12,6 @@ import atexit
 import contextlib
 import hashlib
 import logging
-import os
 import queue
 import sqlite3
 import threading
@@ -23,6 +22,7 @@ from typing import Any
 
 from turnwatch.runtime.events import Event
 from turnwatch.tracing import batchsql, codec
+from turnwatch.tracing.paths import default_path
 from turnwatch.tracing.stages import Stages
 from turnwatch.tracing.summary import COLUMNS, Summary
 
@@ -67,14 +67,6 @@ CREATE TABLE IF NOT EXISTS ingested (key TEXT PRIMARY KEY) WITHOUT ROWID;
 
 class LedgerError(Exception):
     """A ledger that cannot be used; the message names the file and the cause."""
-
-
-def default_path() -> Path:
-    """``$TURNWATCH_LEDGER``, else ``$XDG_STATE_HOME/turnwatch/ledger.sqlite3``."""
-    if os.environ.get("TURNWATCH_LEDGER"):
-        return Path(os.environ["TURNWATCH_LEDGER"])
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "turnwatch" / "ledger.sqlite3"
 
 
 def dedup_key(ev: Event) -> str:

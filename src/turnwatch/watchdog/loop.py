@@ -25,6 +25,9 @@ from turnwatch.watchdog.signals import Guard
 
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_RATE_PER_MIN = 30
+#: A session whose recovery failed is tried again after this, doubling per failure up to the max.
+BACKOFF_MIN_S = 10.0
+BACKOFF_MAX_S = 600.0
 _RECOVERABLE = {
     names.F_PINNED_SESSION,
     names.F_ABORT_RPC_STUCK,
@@ -89,6 +92,8 @@ class Watchdog:
         # Findings already reported as events (by key), among those the last scan still saw.
         self._reported: set[tuple[object, ...]] = set()
         self._recent: deque[float] = deque()
+        # Per session, after a failed recovery: (not before, monotonic; the delay that was set).
+        self._backoff: dict[str, tuple[float, float]] = {}
 
     def _conn(self) -> sqlite3.Connection:
         return connect(self.ledger, readonly=True)
@@ -102,6 +107,20 @@ class Watchdog:
         if self.observe_scan is not None:
             self.observe_scan(result.duration_s)
         return result
+
+    def _backing_off(self, f: Finding) -> float:
+        """Seconds until ``f``'s session may be tried again after a failure (0: now)."""
+        entry = self._backoff.get(f.session)
+        return max(0.0, entry[0] - time.monotonic()) if entry else 0.0
+
+    def _note(self, f: Finding, result: RecoveryResult) -> None:
+        """A failure doubles the session's back-off (up to BACKOFF_MAX_S); a success clears it."""
+        if result is RecoveryResult.FAILED:
+            _, last = self._backoff.get(f.session, (0.0, BACKOFF_MIN_S / 2))
+            delay = min(last * 2, BACKOFF_MAX_S)
+            self._backoff[f.session] = (time.monotonic() + delay, delay)
+        elif result is RecoveryResult.OK:
+            self._backoff.pop(f.session, None)
 
     def _allowed(self) -> bool:
         now = time.monotonic()
@@ -135,8 +154,10 @@ class Watchdog:
                     )
                 )
         # Only what is still found: memory stays bounded, and a finding that clears and comes
-        # back is reported again.
+        # back is reported again (and tried again at once).
         self._reported = current
+        standing = {f.session for f in result.findings}
+        self._backoff = {s: v for s, v in self._backoff.items() if s in standing}
         if self.recover:
             out.actions = await self.act(result.findings)
         out.duration_s = time.perf_counter() - started
@@ -155,12 +176,18 @@ class Watchdog:
             for f in _one_per_target(findings):
                 if f.kind not in _RECOVERABLE:
                     actions.append(Recovery(f, f.action, RecoveryResult.REPORT_ONLY))
+                elif not self.recoverer.dry_run and (wait := self._backing_off(f)):
+                    why = f"backing off {wait:.0f} s after a failed recovery"
+                    actions.append(Recovery(f, f.action, RecoveryResult.DEFERRED, why))
                 elif not self.recoverer.dry_run and not self._allowed():
                     actions.append(
-                        Recovery(f, f.action, RecoveryResult.SKIPPED, "rate limit reached")
+                        Recovery(f, f.action, RecoveryResult.DEFERRED, "rate limit reached")
                     )
                 else:
-                    actions.append(await self.recoverer.recover(f))
+                    done = await self.recoverer.recover(f)
+                    if not self.recoverer.dry_run:
+                        self._note(f, done.result)
+                    actions.append(done)
             return actions
         finally:
             self.recoverer.dry_run = saved

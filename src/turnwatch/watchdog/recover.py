@@ -115,12 +115,16 @@ class Recoverer:
         elif not runtime_alive and row.runtime_pid is not None:
             how = HANDLERS
         else:
-            return Recovery(
-                f,
-                Action.ABORT_WALK,
-                R.FAILED,
-                f"runtime pid {row.runtime_pid} is alive but has no control endpoint",
-            )
+            why = f"runtime pid {row.runtime_pid} is alive but has no control endpoint"
+            if not self.dry_run:  # counted: the recoveries-failing alert must be able to fire
+                self.record(
+                    names.WATCHDOG_RECOVERED,
+                    f,
+                    result=R.FAILED,
+                    action=Action.ABORT_WALK,
+                    error=why,
+                )
+            return Recovery(f, Action.ABORT_WALK, R.FAILED, why)
         self.say(f"{f.session}: {how}")
         if self.dry_run:
             return Recovery(f, how, R.DRY_RUN)
