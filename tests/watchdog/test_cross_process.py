@@ -223,6 +223,7 @@ def test_watchdog_killed_mid_recovery_resumes_without_a_second_sigterm(
         "turnwatch",
         "watch",
         "--once",
+        "--recover",
         "--grace",
         "3",
         "--ledger",
