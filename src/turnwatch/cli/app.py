@@ -53,6 +53,13 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     return typer.Exit(code)
 
 
+def positive(option: str, value: float) -> None:
+    """Exit 2 unless ``value`` > 0: a zero interval would spin a core, a negative window is
+    meaningless."""
+    if not value > 0:
+        raise fail(f"{option} must be a positive number of seconds, got {value:g}")
+
+
 def ledger_path(path: Path | None) -> Path:
     return path if path is not None else default_path()
 
@@ -111,6 +118,9 @@ def ingest(
         wiring = wire(ledger_path(ledger), dedup=True)
     except LedgerError as exc:
         raise fail(str(exc)) from None
+    if source == "-" and sys.stdin is None:  # started with standard input closed
+        wiring.close()
+        raise fail("-: standard input is closed")
     try:
         stream = sys.stdin.buffer if source == "-" else open(source, "rb")  # noqa: SIM115
     except OSError as exc:
@@ -154,6 +164,7 @@ def serve_metrics(
     """The metrics endpoint over a ledger: rebuilt from its events, then following new ones."""
     from turnwatch.cli.follow import serve_ledger_metrics
 
+    positive("--poll", poll)
     path = ledger_path(ledger)
     read_conn(path).close()  # exit 2 now if the ledger is unusable
     try:
@@ -216,6 +227,7 @@ def explain(
     from turnwatch.cli import explain as ex
     from turnwatch.tracing.view import find_turn
 
+    positive("--grace", grace)
     conn = read_conn(ledger)
     found = find_turn(conn, ident)
     if found is None:
@@ -247,6 +259,7 @@ def recover(
     from turnwatch.runtime.model import RecoveryResult
     from turnwatch.tracing.view import session_ids
 
+    positive("--grace", grace)
     conn = read_conn(ledger)
     if session not in session_ids(conn):
         raise unknown_session(conn, session)
@@ -315,6 +328,8 @@ def watch(
     """
     from turnwatch.cli import watchcmd
 
+    positive("--interval", interval)
+    positive("--grace", grace)
     recover = (not once) if recover is None else recover
     path = ledger_path(ledger)
     read_conn(path).close()
@@ -379,18 +394,25 @@ def demo(
     """
     from turnwatch.cli import democmd, render
 
-    def show(report: Any, registry: Any) -> None:
+    positive("--grace", grace)
+
+    def show(report: Any) -> None:
         if as_json:
             sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
         else:
             render.demo_report(console, report)
-        if serve_metrics:
-            try:
-                democmd.serve_until_interrupted(registry, serve_metrics, err)
-            except (ValueError, OSError) as exc:
-                raise fail(f"--serve-metrics {serve_metrics}: {exc}") from None
 
-    democmd.run(grace_s=grace, ledger=ledger, quiet=as_json, err=err, then=show)
+    try:
+        democmd.run(
+            grace_s=grace,
+            ledger=ledger,
+            quiet=as_json,
+            err=err,
+            then=show,
+            serve_addr=serve_metrics,
+        )
+    except ValueError as exc:
+        raise fail(f"--serve-metrics: {exc}") from None
 
 
 def main() -> None:

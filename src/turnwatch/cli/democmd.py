@@ -10,7 +10,6 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
 from rich.console import Console
 
 from turnwatch.cli.scenario import DemoReport, run_demo
@@ -24,13 +23,26 @@ def run(
     ledger: Path | None,
     quiet: bool,
     err: Console,
-    then: Callable[[DemoReport, CollectorRegistry], None],
+    then: Callable[[DemoReport], None],
+    serve_addr: str | None = None,
 ) -> None:
-    """Run the demo on ``ledger`` (a temporary one if None), then ``then(report, registry)``
-    while the ledger still exists: the registry's live gauges read it at every scrape."""
+    """Run the demo on ``ledger`` (a temporary one if None), then ``then(report)``.
+
+    With ``serve_addr``, the metrics are served from before the run (a bad or busy address
+    fails at once, not after the demo) until Ctrl-C after it, while the ledger still exists:
+    the live gauges read it at every scrape.
+    """
     with tempfile.TemporaryDirectory(prefix="turnwatch-demo-") as tmp:
         path = ledger or Path(tmp) / "ledger.sqlite3"
         wiring = wire(path)
+        server = None
+        if serve_addr is not None:
+            try:
+                server, port = http.serve(wiring.registry, serve_addr)
+            except ValueError:
+                wiring.close()
+                raise
+            err.print(f"metrics on {http.url(serve_addr, port)}", highlight=False)
         spinner: AbstractContextManager[Any] = (
             err.status("running the demo…") if not quiet else nullcontext()
         )
@@ -45,19 +57,19 @@ def run(
                         say=lambda m: err.print(f"[dim]· {m}[/]"),
                     )
                 )
-        finally:
+        except BaseException:
+            if server is not None:
+                http.stop(server)
             wiring.close()
+            raise
+        wiring.close()
         report.ledger = str(path) if ledger else None
-        then(report, wiring.registry)
-
-
-def serve_until_interrupted(registry: CollectorRegistry, addr: str, err: Console) -> None:
-    """Serve ``registry`` on ``addr`` until Ctrl-C. A bad address raises ValueError or OSError."""
-    server, port = http.serve(registry, addr)
-    err.print(f"metrics on http://{http.parse_addr(addr)[0]}:{port}/metrics (Ctrl-C to stop)")
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        http.stop(server)
+        then(report)
+        if server is not None:
+            err.print("serving the demo's metrics until Ctrl-C", highlight=False)
+            try:
+                threading.Event().wait()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                http.stop(server)

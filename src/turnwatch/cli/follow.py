@@ -34,8 +34,7 @@ def serve_ledger_metrics(
     follower, _metrics = build(path, registry)
     replayed = follower.poll()
     server, port = http.serve(registry, addr)
-    host = http.parse_addr(addr)[0]
-    say(f"serving http://{host}:{port}/metrics ({replayed} events replayed from {path})")
+    say(f"serving {http.url(addr, port)} ({replayed} events replayed from {path})")
     stop = stop or threading.Event()
     try:
         while not stop.wait(poll_s):

@@ -69,14 +69,19 @@ def loop(
     """Run until SIGINT/SIGTERM, serving the metrics (rebuilt from the ledger) if asked."""
     registry = CollectorRegistry()
     follower, metrics = build(path, registry)
-    dog, ledger = make_watchdog(
-        path, cfg, recover=recover, dry_run=dry_run, say=say, observe_scan=metrics.scan.observe
-    )
     server = None
-    if metrics_addr:
+    if metrics_addr:  # first: a bad or busy address fails before anything is opened for writing
         follower.poll()
         server, port = http.serve(registry, metrics_addr)
-        say(f"metrics on http://{http.parse_addr(metrics_addr)[0]}:{port}/metrics")
+        say(f"metrics on {http.url(metrics_addr, port)}")
+    try:
+        dog, ledger = make_watchdog(
+            path, cfg, recover=recover, dry_run=dry_run, say=say, observe_scan=metrics.scan.observe
+        )
+    except BaseException:
+        if server is not None:
+            http.stop(server)
+        raise
 
     log = ChangeLog()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 import threading
 from wsgiref.simple_server import WSGIServer
 
@@ -11,18 +13,54 @@ DEFAULT_ADDR = "127.0.0.1:9464"
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9464`` for IPv6); a ValueError that says what is wrong."""
+    """``HOST:PORT`` (``[::1]:9464`` for IPv6), checked: the port in range, an IP address valid,
+    a host name resolvable. Anything else is a ValueError that says what is wrong."""
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise ValueError(f"invalid address {addr!r}: expected HOST:PORT, e.g. {DEFAULT_ADDR}")
-    return host.strip("[]"), int(port)
+    if int(port) > 65535:
+        raise ValueError(f"invalid address {addr!r}: port {port} is not in 0-65535")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        if bracketed or _looks_numeric(host):
+            raise ValueError(f"invalid address {addr!r}: {host!r} is not an IP address") from None
+        try:
+            socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except OSError:
+            raise ValueError(f"invalid address {addr!r}: cannot resolve {host!r}") from None
+    else:
+        if ip.version == 6 and not bracketed:
+            raise ValueError(f"invalid address {addr!r}: write an IPv6 host as [{host}]:{port}")
+    return host, int(port)
+
+
+def format_addr(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets (``[::1]:9464``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _looks_numeric(host: str) -> bool:
+    return all(part.isdigit() for part in host.split(".")) and "." in host
 
 
 def serve(registry: CollectorRegistry, addr: str = DEFAULT_ADDR) -> tuple[WSGIServer, int]:
-    """Serve ``/metrics`` in a daemon thread; returns the server and the bound port."""
+    """Serve ``/metrics`` in a daemon thread; returns the server and the bound port.
+
+    A bad or busy address is a ValueError naming it (never a traceback)."""
     host, port = parse_addr(addr)
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise ValueError(f"cannot listen on {addr}: {exc.strerror or exc}") from None
     return server, int(server.server_port)
+
+
+def url(addr: str, port: int) -> str:
+    """The metrics URL of a server started on ``addr`` that bound ``port``."""
+    return f"http://{format_addr(parse_addr(addr)[0], port)}/metrics"
 
 
 def stop(server: WSGIServer) -> None:

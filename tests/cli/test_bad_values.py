@@ -1,0 +1,120 @@
+"""Every bad value is one line on stderr and exit 2: never a traceback, never a spin.
+
+Through the real console script, as people type them.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import streams
+from tests.cli.test_watch_trust import turnwatch
+from turnwatch.exporters import http
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.sqlite3"
+    src = streams.write(tmp_path / "four.jsonl", streams.four_states())
+    assert turnwatch("ingest", str(src), "--ledger", str(path)).returncode == 0
+    return path
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def one_line_exit_2(result: subprocess.CompletedProcess[str], *expected: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for text in expected:
+        assert text in lines[0], (text, lines[0])
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("addr", "says"),
+    [
+        ("127.0.0.1:99999", "port 99999 is not in 0-65535"),
+        ("256.1.1.1:9464", "'256.1.1.1' is not an IP address"),
+        ("no-such-host.invalid:9464", "cannot resolve 'no-such-host.invalid'"),
+        ("9464", "expected HOST:PORT"),
+        ("::1:9464", "write an IPv6 host as [::1]:9464"),
+    ],
+)
+def test_bad_metrics_addresses(ledger: Path, addr: str, says: str) -> None:
+    for argv in (
+        ["serve-metrics", "--metrics-addr", addr],
+        ["watch", "--metrics-addr", addr],
+        ["demo", "--serve-metrics", addr],
+    ):
+        one_line_exit_2(turnwatch(*argv, "--ledger", str(ledger)), addr, says)
+
+
+def test_a_busy_port_is_named(ledger: Path, busy_port: int) -> None:
+    addr = f"127.0.0.1:{busy_port}"
+    for argv in (
+        ["serve-metrics", "--metrics-addr", addr],
+        ["watch", "--metrics-addr", addr],
+    ):
+        one_line_exit_2(turnwatch(*argv, "--ledger", str(ledger)), f"cannot listen on {addr}")
+
+
+def test_the_demo_checks_its_address_before_running(tmp_path: Path, busy_port: int) -> None:
+    ledger = tmp_path / "demo.sqlite3"
+    result = turnwatch(
+        "demo", "--serve-metrics", f"127.0.0.1:{busy_port}", "--ledger", str(ledger), timeout=20
+    )
+    one_line_exit_2(result, "cannot listen")
+    assert "running the demo" not in result.stderr  # it failed before the run, not after
+
+
+def test_ipv6_is_printed_with_brackets() -> None:
+    assert http.url("[::1]:9464", 9464) == "http://[::1]:9464/metrics"
+    assert http.url("127.0.0.1:0", 4242) == "http://127.0.0.1:4242/metrics"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["watch", "--interval", "0"],
+        ["watch", "--interval", "-1"],
+        ["watch", "--once", "--grace", "0"],
+        ["serve-metrics", "--poll", "0"],
+        ["explain", "pinned", "--grace", "-2"],
+        ["demo", "--grace", "-1"],
+    ],
+    ids=" ".join,
+)
+def test_non_positive_seconds(ledger: Path, argv: list[str]) -> None:
+    result = turnwatch(*argv, "--ledger", str(ledger), timeout=20)
+    one_line_exit_2(result, "must be a positive number of seconds")
+
+
+def test_ingest_from_a_closed_stdin(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import sys
+
+    exe = shutil.which("turnwatch", path=os.path.dirname(sys.executable))
+    assert exe is not None
+    result = subprocess.run(
+        [exe, "ingest", "-", "--ledger", str(tmp_path / "l.sqlite3")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: os.close(0),
+    )
+    one_line_exit_2(result, "standard input is closed")
