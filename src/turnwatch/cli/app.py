@@ -107,46 +107,56 @@ def sessions(
 def ingest(
     source: Annotated[str, typer.Argument(help="A JSON-lines file, or - for standard input.")],
     ledger: LedgerOpt = None,
-    follow: Annotated[bool, typer.Option("--follow", help="Keep reading a growing file.")] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep reading a growing file, through truncation and rotation, and resume "
+            "where the last --follow of it stopped. A pipe ends at EOF.",
+        ),
+    ] = False,
 ) -> None:
     """Foreign runtime events (JSON lines) into the ledger, spans and metrics."""
+    from turnwatch.cli import ingestcmd
     from turnwatch.cli.wiring import wire
-    from turnwatch.tracing.ingest import ingest as run_ingest
     from turnwatch.tracing.ledger import LedgerError
 
+    if source == "-" and sys.stdin is None:  # started with standard input closed
+        raise fail("-: standard input is closed")
+    path = Path("/dev/stdin") if source == "-" else Path(source)
+    name = "<stdin>" if source == "-" else source
+    try:
+        path.open("rb").close()
+    except OSError as exc:
+        raise fail(f"{name}: cannot read ({exc.strerror})") from None
     try:
         wiring = wire(ledger_path(ledger), dedup=True)
     except LedgerError as exc:
         raise fail(str(exc)) from None
-    if source == "-" and sys.stdin is None:  # started with standard input closed
-        wiring.close()
-        raise fail("-: standard input is closed")
+
+    def say(message: str) -> None:
+        err.print(message, highlight=False, markup=False)
+
+    report = None
     try:
-        stream = sys.stdin.buffer if source == "-" else open(source, "rb")  # noqa: SIM115
-    except OSError as exc:
-        wiring.close()
-        raise fail(f"{source}: cannot read ({exc.strerror})") from None
-    name = "<stdin>" if source == "-" else source
-    try:
-        report = run_ingest(
-            stream,
-            wiring.telemetry,
+        report = ingestcmd.run(
+            path,
+            wiring,
             follow=follow,
-            on_bad=lambda b: err.print(
-                f"{name}:{b.lineno}: {b.reason}", highlight=False, markup=False
-            ),
+            say=say,
+            on_bad=lambda b: say(f"{name}:{b.lineno}: {b.reason}"),
         )
     except KeyboardInterrupt:
-        report = None
+        pass
     finally:
         wiring.close()
-        if stream is not sys.stdin.buffer:
-            stream.close()
     if report is None:
         return
+    new = wiring.ledger.written
     err.print(
-        f"ingested {report.good} event(s) into {wiring.ledger.path}; "
-        f"rejected {report.bad_count} line(s)",
+        f"ingested {new} new event(s) into {wiring.ledger.path}"
+        + (f" ({report.good - new} already there)" if report.good > new else "")
+        + f"; rejected {report.bad_count} line(s)",
         highlight=False,
     )
     if wiring.ledger.lost:

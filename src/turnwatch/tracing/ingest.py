@@ -5,16 +5,17 @@ A bad line is reported with its number and reason and skipped; every good line i
 
 from __future__ import annotations
 
+import difflib
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import fastjsonschema
 
+from turnwatch import names
 from turnwatch.runtime.events import Event, EventSink
 from turnwatch.tracing import codec
 
@@ -114,9 +115,18 @@ def parse_line(raw: bytes, lineno: int) -> Event | BadLine | None:
     if not text:
         return None
     try:
+        text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return BadLine(lineno, f"not UTF-8: byte {exc.start + 1} is {text[exc.start]:#04x}")
+    try:
         obj: Any = codec.loads(text)
-    except ValueError as exc:  # orjson's JSONDecodeError; invalid UTF-8 is one too
+    except ValueError as exc:  # orjson's JSONDecodeError
         return BadLine(lineno, f"not JSON: {exc}")
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if isinstance(kind, str) and kind not in names.EVENT_KINDS:
+        near = difflib.get_close_matches(kind, sorted(names.EVENT_KINDS), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(near)}?" if near else " (see docs/names.md)"
+        return BadLine(lineno, f"unknown event kind {kind!r}{hint}")
     try:
         validator()(obj)
     except fastjsonschema.JsonSchemaValueException as exc:
@@ -135,37 +145,25 @@ def parse_line(raw: bytes, lineno: int) -> Event | BadLine | None:
     )
 
 
-def _lines(
-    stream: IO[bytes], follow: bool, poll_s: float, stop: Callable[[], bool]
-) -> Iterator[bytes]:
-    pending = b""
-    while True:
-        chunk = stream.readline()
-        if chunk:
-            pending += chunk
-            if pending.endswith(b"\n"):
-                yield pending
-                pending = b""
-            continue
-        if not follow or stop():
-            if pending:
-                yield pending  # a last line without a newline
-            return
-        time.sleep(poll_s)  # a growing file: wait for more (a pipe ends with EOF instead)
+def lines_of(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """A stream's lines, numbered from 1, to its end (follow a file with :class:`Tail`)."""
+    return enumerate(stream, start=1)
 
 
 def ingest(
-    stream: IO[bytes],
+    source: IO[bytes] | Iterable[tuple[int, bytes]],
     sink: EventSink,
     *,
-    follow: bool = False,
-    poll_s: float = 0.2,
-    stop: Callable[[], bool] = lambda: False,
     on_bad: Callable[[BadLine], None] | None = None,
 ) -> IngestReport:
-    """Feed every good line of ``stream`` to ``sink``; report the bad ones."""
+    """Feed every good line of ``source`` to ``sink``; report the bad ones.
+
+    ``source`` is a binary stream read to its end, or numbered lines (a
+    :class:`~turnwatch.tracing.tail.Tail` following a file).
+    """
     report = IngestReport()
-    for lineno, raw in enumerate(_lines(stream, follow, poll_s, stop), start=1):
+    numbered = lines_of(cast(IO[bytes], source)) if hasattr(source, "readline") else source
+    for lineno, raw in numbered:
         parsed = parse_line(raw, lineno)
         if parsed is None:
             continue

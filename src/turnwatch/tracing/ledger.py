@@ -69,6 +69,21 @@ class LedgerError(Exception):
     """A ledger that cannot be used; the message names the file and the cause."""
 
 
+def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    """A value the ledger keeps beside its events (an ingest offset), or None."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def put_meta(path: Path, key: str, value: str) -> None:
+    """Keep ``value`` under ``key`` in the ledger at ``path`` (its own short transaction)."""
+    conn = connect(path)
+    try:
+        conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+    finally:
+        conn.close()
+
+
 def dedup_key(ev: Event) -> str:
     """A stable identity for an ingested event: ingesting a file twice adds nothing twice."""
     body = codec.dumps_canonical(
