@@ -36,6 +36,7 @@ LedgerOpt = Annotated[
         help="Ledger file [default: $TURNWATCH_LEDGER, else "
         f"$XDG_STATE_HOME/turnwatch/ledger.sqlite3; here {default_path()}].",
         show_default=False,
+        readable=False,  # checked by the ledger itself, which says what is wrong in one line
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]

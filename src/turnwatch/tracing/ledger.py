@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import hashlib
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -141,14 +142,21 @@ def _statements(script: str) -> list[str]:
 def connect(
     path: Path, *, readonly: bool = False, busy_timeout_s: float = BUSY_TIMEOUT_S
 ) -> sqlite3.Connection:
-    """A checked connection; errors name the file and the cause."""
+    """A checked connection; errors name the file and the cause.
+
+    Read-only, nothing is ever written, not even the WAL's shared-memory file where the directory
+    is not writable. A writer checks that an existing file is a ledger before it changes anything
+    (the journal mode included): someone else's database is refused untouched.
+    """
+    if path.is_dir():
+        raise LedgerError(f"{path}: is a directory, not a ledger file")
     try:
         if readonly:
             if not path.exists():
                 raise LedgerError(f"{path}: no ledger here (set --ledger or $TURNWATCH_LEDGER)")
-            conn = sqlite3.connect(
-                f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s, check_same_thread=False
-            )
+            with open(path, "rb"):  # unreadable: say so plainly, before SQLite's words for it
+                pass
+            conn = _open_readonly(path, busy_timeout_s)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
@@ -158,6 +166,11 @@ def connect(
         if readonly:
             _check(conn, path, readonly=True)
             return conn
+        try:
+            _check(conn, path, readonly=False)  # before the WAL switch below changes the file
+        except LedgerError:
+            conn.close()
+            raise
         unable = batchsql.check(conn)
         if unable is not None:
             conn.close()
@@ -185,6 +198,27 @@ def connect(
         raise LedgerError(f"{path}: unreadable ledger ({exc})") from None
     except OSError as exc:
         raise LedgerError(f"{path}: cannot open ({exc.strerror or exc})") from None
+
+
+def _open_readonly(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """``mode=ro``; where the directory is read-only (no ``-shm`` can be made), ``immutable``:
+    then no writer can be at work in it either."""
+    conn = sqlite3.connect(
+        f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s, check_same_thread=False
+    )
+    if os.access(path.parent, os.W_OK):
+        return conn
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        return sqlite3.connect(
+            f"file:{path}?mode=ro&immutable=1",
+            uri=True,
+            timeout=busy_timeout_s,
+            check_same_thread=False,
+        )
 
 
 def _row(ev: Event) -> tuple[Any, ...]:
