@@ -95,11 +95,13 @@ def sessions(
     from turnwatch.watchdog.scan import annotate_findings
 
     conn = read_conn(ledger)
-    rows = annotate_findings(conn)
-    if pinned:
-        rows = [r for r in rows if r.state == names.STATE_PINNED]
+    every = annotate_findings(conn)
+    rows = [r for r in every if r.state == names.STATE_PINNED] if pinned else every
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in rows], indent=2) + "\n")
+        return
+    if pinned and not rows and every:
+        console.print(f"no pinned sessions ({len(every)} session(s) in this ledger)")
         return
     render.sessions_table(console, rows)
 

@@ -54,7 +54,7 @@ def run(
                         workdir=Path(tmp),
                         sink=wiring.telemetry,
                         ledger=wiring.ledger,
-                        say=lambda m: err.print(f"[dim]· {m}[/]"),
+                        say=lambda m: err.print(f"[dim]· {m}[/]", soft_wrap=False),
                     )
                 )
         except BaseException:

@@ -137,6 +137,16 @@ def build(
 _KEPT = {"cgroup": "cgroup", "process_group": "group"}
 
 
+#: At this width and more, explain shows every column.
+WIDE = 110
+
+
+def _short(call: str, turn: str) -> str:
+    """A call id without its turn's prefix (``demo-adr.t1.c3`` → ``c3``): enough to tell two
+    calls of the same tool apart."""
+    return call[len(turn) + 1 :] if call.startswith(turn + ".") else call
+
+
 def _detail(e: Event) -> str:
     parts = [
         f"{k} {e.attrs[k]}"
@@ -173,17 +183,17 @@ def _reason(f: Finding, now: float, cfg: Config) -> str:
     return f.detail or f.kind
 
 
-def _bar(t: ToolRow, total: float) -> Text:
+def _bar(t: ToolRow, total: float, width: int = BAR_WIDTH) -> Text:
     """``░`` while the call ran unaware of the stop, ``█`` from tools.abort to its release."""
 
     def col(x: float) -> int:
-        return min(BAR_WIDTH, max(0, round(x / total * BAR_WIDTH)))
+        return min(width, max(0, round(x / total * width)))
 
     if t.start is None:
-        return Text("✕ stopped before it started", style="magenta")
+        return Text("✕ never began" if width >= 13 else "✕", style="magenta")
     start = col(max(t.start, 0.0))
     abort = col(t.abort) if t.abort is not None else None
-    end = col(t.end) if t.end is not None else BAR_WIDTH
+    end = col(t.end) if t.end is not None else width
     bar = Text(" " * start)
     if abort is None:  # never reached by the stop
         return bar + Text("░" * max(end - start, 1), style="red")
@@ -207,21 +217,29 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         steps.add_column(col)
     for off, label, detail in ex.steps:
         steps.add_row(f"+{seconds(off)}", label, Text(detail, style="dim"))
+    # At 80 columns the class and the containment go (the policy says what a stop did), and the
+    # bar narrows; nothing a reader needs is cut to an ellipsis.
+    wide = console.width >= WIDE
+    bar_w = BAR_WIDTH if wide else max(8, min(BAR_WIDTH, console.width - 70))
     wf = Table(box=None, show_header=True, pad_edge=False)
-    for col in ("tool", "class", "policy", "kept", "outcome", "released"):
-        wf.add_column(col, no_wrap=True)
-    wf.add_column("░ unaware of the stop  █ stopping", no_wrap=True, min_width=BAR_WIDTH)
+    wf.add_column("call", overflow="fold", max_width=None if wide else 22)
+    if wide:
+        wf.add_column("class", no_wrap=True)
+    wf.add_column("policy", no_wrap=True)
+    if wide:
+        wf.add_column("kept", no_wrap=True)
+    wf.add_column("outcome", no_wrap=True)
+    wf.add_column("released", no_wrap=True, min_width=10)
+    wf.add_column("timeline", no_wrap=True, min_width=bar_w, max_width=bar_w)
     for t in ex.tools:
-        wf.add_row(
-            t.tool,
-            t.tool_class,
-            t.policy,
-            _KEPT.get(t.containment or "", "-"),
-            t.outcome,
-            f"+{seconds(t.end)}" if t.end is not None else "[bold red]still held[/]",
-            _bar(t, total),
+        released = f"+{seconds(t.end)}" if t.end is not None else "[bold red]still held[/]"
+        cells = [f"{t.tool} [dim]{_short(t.call, ex.turn)}[/]"]
+        cells += (
+            [t.tool_class, t.policy, _KEPT.get(t.containment or "", "-")] if wide else [t.policy]
         )
-    parts: list[object] = [head, Text(""), steps, Text(""), wf]
+        wf.add_row(*cells, t.outcome, released, _bar(t, total, bar_w))
+    legend = Text("timeline: ░ ran unaware of the stop  █ stopping  ✕ never began", style="dim")
+    parts: list[object] = [head, Text(""), steps, Text(""), wf, legend]
     if ex.reasons:
         parts += [Text(""), Text("What still holds the session:", style="bold red")]
         parts += [Text(f"  • {r}") for r in ex.reasons]

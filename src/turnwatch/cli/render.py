@@ -33,8 +33,39 @@ def seconds(value: float) -> str:
     return f"{value:.2f} s"
 
 
+#: Below this many columns, the per-call table becomes a list (nothing is cut off).
+WIDE = 110
+
+
+def _demo_calls_narrow(console: Console, report: DemoReport) -> None:
+    """Two lines per call: what it was and how it ended, then the detail, wrapped."""
+    console.print("[bold]What Stop did to each call[/]  (class/policy, outcome, stop → released)")
+    session = None
+    for c in report.calls:
+        if c.session != session:
+            session = c.session
+            console.print(f"[bold]{session}[/]")
+        style = _OUTCOME_STYLE.get(c.outcome, "")
+        released = seconds(c.stop_to_release_s) if c.stop_to_release_s is not None else "-"
+        console.print(
+            f"  {c.tool:<26} {c.tool_class + '/' + c.policy:<16} "
+            f"[{style}]{c.outcome:<20}[/] {released:>9}",
+            highlight=False,
+        )
+        if c.detail:
+            console.print(f"      [dim]{c.detail}[/]", highlight=False)
+
+
 def demo_report(console: Console, report: DemoReport) -> None:
     """The per-call table and the per-session stop → settle line."""
+    if console.width < WIDE:
+        _demo_calls_narrow(console, report)
+    else:
+        _demo_calls_table(console, report)
+    _demo_sessions(console, report)
+
+
+def _demo_calls_table(console: Console, report: DemoReport) -> None:
     table = Table(title="What Stop did to each call", title_justify="left")
     for col in ("session", "tool", "class", "policy", "outcome", "stop → released"):
         table.add_column(col, no_wrap=True)
@@ -51,6 +82,9 @@ def demo_report(console: Console, report: DemoReport) -> None:
             c.detail,
         )
     console.print(table)
+
+
+def _demo_sessions(console: Console, report: DemoReport) -> None:
     summary = Table(title="Stop → settle per session", title_justify="left")
     for col in ("session", "mode", "stop → settle", "recovered by watchdog"):
         summary.add_column(col)

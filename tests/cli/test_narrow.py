@@ -1,0 +1,94 @@
+"""What a person reads at 80 columns, on a terminal (a pty) and in a pipe: nothing cut to an
+ellipsis, calls of the same tool told apart, and the truth about an empty filter."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import streams
+from tests.cli.test_watch_trust import turnwatch
+
+
+def on_a_tty(*argv: str, columns: int = 80) -> str:
+    """Run the console script on a pseudo-terminal ``columns`` wide; its whole output."""
+    exe = shutil.which("turnwatch", path=os.path.dirname(sys.executable))
+    assert exe is not None
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "LINES": "50", "TERM": "xterm"}
+    proc = subprocess.Popen([exe, *argv], stdin=follower, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    out = b""
+    while True:
+        ready, _, _ = select.select([leader], [], [], 120)
+        if not ready:
+            proc.kill()
+            break
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(timeout=30)
+    os.close(leader)
+    return out.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def demo_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("demo") / "ledger.sqlite3"
+    assert turnwatch("demo", "--grace", "1", "--ledger", str(path), timeout=120).returncode == 0
+    return path
+
+
+def visible_lines(text: str) -> list[str]:
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r\n", "\n")
+    # What the terminal shows: of a line redrawn with \r (the spinner), its last state; the
+    # spinner itself ("running the demo…") is not output.
+    shown = [ln.split("\r")[-1] for ln in plain.split("\n")]
+    return [ln for ln in shown if ln.strip() and "running the demo" not in ln]
+
+
+def test_explain_at_80_columns_cuts_nothing(demo_ledger: Path) -> None:
+    out = visible_lines(on_a_tty("explain", "demo-adr", "--ledger", str(demo_ledger)))
+    assert all(len(ln) <= 80 for ln in out), max(out, key=len)
+    assert not any("…" in ln for ln in out), [ln for ln in out if "…" in ln]
+    body = "\n".join(out)
+    assert "Write c3" in body  # two Writes, told apart by their call ids
+    assert "Write c6" in body
+    assert "completed_after_stop" in body
+
+
+def test_the_demo_at_80_columns_shows_every_column(tmp_path: Path) -> None:
+    out = visible_lines(on_a_tty("demo", "--grace", "1", "--ledger", str(tmp_path / "l.sqlite3")))
+    assert all(len(ln) <= 80 for ln in out), max(out, key=len)
+    body = "\n".join(out)
+    assert "process/grace" in body  # the policy
+    assert "terminated by SIGKILL" in body  # the detail
+    assert "…" not in body
+
+
+def test_piped_output_is_not_truncated(demo_ledger: Path) -> None:
+    result = turnwatch("explain", "demo-adr", "--ledger", str(demo_ledger))
+    assert result.returncode == 0
+    assert "…" not in result.stdout
+    assert "completed_after_stop" in result.stdout
+
+
+def test_an_empty_filter_says_what_exists(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite3"
+    src = streams.write(tmp_path / "e.jsonl", streams.four_states()[:4])  # runtimes only: idle
+    assert turnwatch("ingest", str(src), "--ledger", str(path)).returncode == 0
+    out = turnwatch("sessions", "--pinned", "--ledger", str(path)).stdout
+    assert out.strip() == "no pinned sessions (4 session(s) in this ledger)"
