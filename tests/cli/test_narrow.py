@@ -92,3 +92,12 @@ def test_an_empty_filter_says_what_exists(tmp_path: Path) -> None:
     assert turnwatch("ingest", str(src), "--ledger", str(path)).returncode == 0
     out = turnwatch("sessions", "--pinned", "--ledger", str(path)).stdout
     assert out.strip() == "no pinned sessions (4 session(s) in this ledger)"
+
+
+def test_a_second_demo_into_the_same_ledger_finds_nothing_false(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite3"
+    for _ in range(2):
+        assert turnwatch("demo", "--grace", "1", "--ledger", str(path), timeout=120).returncode == 0
+    looked = turnwatch("watch", "--once", "--json", "--ledger", str(path))
+    assert "activity_after_settle" not in looked.stdout
+    assert looked.returncode == 0, looked.stdout

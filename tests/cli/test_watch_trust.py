@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,38 @@ def test_the_log_says_what_changed() -> None:
         "cleared pinned_session s: the abort RPC is still pending",
         "1 finding(s) standing",
     ]
+
+
+def test_the_watch_service_starts_before_any_ledger_exists(tmp_path: Path) -> None:
+    """A unit started at boot, before any runtime wrote a ledger, keeps running."""
+    import signal
+
+    from tests.conftest import wait_until
+
+    ledger = tmp_path / "state" / "turnwatch" / "ledger.sqlite3"
+    exe = shutil.which("turnwatch", path=os.path.dirname(sys.executable))
+    assert exe is not None
+    proc = subprocess.Popen(
+        [
+            exe,
+            "watch",
+            "--interval",
+            "0.2",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--ledger",
+            str(ledger),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(ledger.exists, timeout=30, what="the watchdog to make its ledger")
+        time.sleep(1.0)  # several scans of the empty ledger
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err

@@ -185,3 +185,21 @@ def test_fleet_end_to_end(tmp_path: Path, procs: Procs, fleet: tuple[list[str], 
     labels = [e["labels"] for series in ex["data"] for e in series["exemplars"]]
     assert labels, "stop_to_settle exemplars reach Prometheus"
     assert all(len(lab["trace_id"]) == 32 for lab in labels)
+
+
+def test_the_deploy_guides_promtool_commands_pass() -> None:
+    """The commands docs/deploy.md tells people to run, run as written."""
+    promtool = need("promtool")
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    commands = [ln.strip() for ln in text.splitlines() if "promtool " in ln and ln.strip()]
+    assert len(commands) == 2, commands
+    for cmd in commands:
+        result = subprocess.run(
+            cmd.replace("promtool ", f"{promtool} "),
+            shell=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, (cmd, result.stdout, result.stderr)

@@ -340,12 +340,16 @@ def watch(
     Exit 1 after --once when findings remain.
     """
     from turnwatch.cli import watchcmd
+    from turnwatch.tracing.ledger import LedgerError
 
     positive("--interval", interval)
     positive("--grace", grace)
     recover = (not once) if recover is None else recover
     path = ledger_path(ledger)
-    read_conn(path).close()
+    if once or path.exists():
+        read_conn(path).close()  # exit 2 now if the ledger is unusable
+    # The loop may start before any runtime has written a ledger (a service at boot): it makes
+    # an empty one and watches it, rather than exiting and staying down.
     say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False))
     if not once:
         try:
@@ -358,7 +362,7 @@ def watch(
                 metrics_addr=metrics_addr,
                 say=say,
             )
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, LedgerError) as exc:
             raise fail(str(exc)) from None
         return
     cycle = watchcmd.once(

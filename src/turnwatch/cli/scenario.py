@@ -207,7 +207,10 @@ async def _scenario(
         "demo-adr: a long Grep, a Bash that ignores SIGTERM, a Write awaiting permission, "
         "an image render, a Write in progress"
     )
-    turn = adr.start_turn("demo-adr")
+    # Turn (and so call) ids unique to this run: a second demo into the same --ledger adds a
+    # turn to each session instead of merging its calls into the first run's.
+    run = f"{os.getpid():x}{int(time.time() * 1000) % 0xFFFF:04x}"
+    turn = adr.start_turn("demo-adr", f"demo-adr.{run}")
     calls = {
         "Grep": turn.request("Grep", {**GREP, "path": tree}),
         "Bash": turn.request("Bash", {"command": BASH}),
@@ -220,7 +223,9 @@ async def _scenario(
         "MCP deploy": turn.request("mcp__demo__deploy", {"seconds": 1.5}),
     }
     say("demo-legacy (mode legacy): the same Grep")
-    legacy_grep = legacy.start_turn("demo-legacy").request("Grep", {**GREP, "path": tree})
+    legacy_grep = legacy.start_turn("demo-legacy", f"demo-legacy.{run}").request(
+        "Grep", {**GREP, "path": tree}
+    )
     for k in ("Bash", "GenerateImages"):
         await _soon(memory.wait_for(names.TOOL_PROGRESS, call=calls[k].call_id))
     write = turn.request("Write", {"path": str(tmp / "big.bin"), "content": "x" * WRITE_BYTES})

@@ -18,7 +18,10 @@ class LedgerFollower:
         self.seq = 0
 
     def poll(self) -> int:
-        """Feed every event after the last one seen; returns how many."""
+        """Feed every event after the last one seen; returns how many (0 while no ledger exists:
+        a watchdog may start before any runtime wrote one)."""
+        if not self.path.exists():
+            return 0
         conn = connect(self.path, readonly=True)
         try:
             n = 0
