@@ -15,10 +15,13 @@ import pytest
 
 from tests import streams
 from tests.cli.test_watch_trust import turnwatch
+from tests.conftest import Procs
+from tests.watchdog.helpers import aborted_tree
 
 
-def on_a_tty(*argv: str, columns: int = 80) -> str:
-    """Run the console script on a pseudo-terminal ``columns`` wide; its whole output."""
+def on_a_tty(*argv: str, columns: int = 80, answer: tuple[str, str] | None = None) -> str:
+    """Run the console script on a pseudo-terminal ``columns`` wide; its whole output.
+    ``answer``: (prompt, reply) typed when the prompt shows."""
     exe = shutil.which("turnwatch", path=os.path.dirname(sys.executable))
     assert exe is not None
     leader, follower = pty.openpty()
@@ -38,6 +41,9 @@ def on_a_tty(*argv: str, columns: int = 80) -> str:
         if not chunk:
             break
         out += chunk
+        if answer is not None and answer[0].encode() in out:
+            os.write(leader, answer[1].encode() + b"\n")
+            answer = None
     proc.wait(timeout=30)
     os.close(leader)
     return out.decode(errors="replace")
@@ -101,3 +107,28 @@ def test_a_second_demo_into_the_same_ledger_finds_nothing_false(tmp_path: Path) 
     looked = turnwatch("watch", "--once", "--json", "--ledger", str(path))
     assert "activity_after_settle" not in looked.stdout
     assert looked.returncode == 0, looked.stdout
+
+
+def test_help_shows_every_default_at_80_columns() -> None:
+    out = visible_lines(on_a_tty("watch", "--help"))
+    assert all(len(ln) <= 80 for ln in out), max(out, key=len)
+    body = " ".join(" ".join(out).split())
+    assert "[default: 5.0]" in body
+    assert "[default: 127.0.0.1:9464]" in body
+    assert "here /" in body  # the default ledger, resolved
+    assert "<bool>" not in body
+
+
+def test_recover_asks_on_a_terminal_and_does_nothing_on_no(tmp_path: Path, procs: Procs) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    tree = aborted_tree(path, procs)
+    out = on_a_tty(
+        "recover", "s", "--grace", "1", "--ledger", str(path), answer=("Take these actions?", "n")
+    )
+    assert "would terminate pid" in out
+    assert all(p.is_running() for p in tree)
+    out = on_a_tty(
+        "recover", "s", "--grace", "1", "--ledger", str(path), answer=("Take these actions?", "y")
+    )
+    assert "→ ok" in out
+    assert procs.alive() == []
