@@ -175,7 +175,7 @@ def _reason(f: Finding, now: float, cfg: Config) -> str:
     if f.kind == names.F_ORPHAN_TOOL_PROCESS:
         return f"{f.tool} pid {f.pid} outlived its runtime, which is gone"
     if f.kind == names.F_PINNED_SESSION:
-        return f'the session is pinned "processing": {f.detail} ({_ago(now - (f.since or now))})'
+        return f'the session is pinned "processing" for {_ago(now - (f.since or now))}: {f.detail}'
     if f.kind == names.F_ABORT_RPC_STUCK:
         return f"agent.abort never returned: {f.detail}"
     if f.kind == names.F_AWAIT_OVERDUE:
@@ -242,7 +242,12 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
     parts: list[object] = [head, Text(""), steps, Text(""), wf, legend]
     if ex.reasons:
         parts += [Text(""), Text("What still holds the session:", style="bold red")]
-        parts += [Text(f"  • {r}") for r in ex.reasons]
+        bullets = Table.grid(padding=(0, 1))  # a hanging indent: wrapped lines stay under the text
+        bullets.add_column(no_wrap=True)
+        bullets.add_column()
+        for r in ex.reasons:
+            bullets.add_row(" •", r)
+        parts.append(bullets)
     console.print(Panel(Group(*parts), title="turnwatch explain", expand=False))  # type: ignore[arg-type]
     if ex.reasons:  # outside the panel, unwrapped: people copy and paste it
         console.print(
