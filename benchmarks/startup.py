@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests import streams
+
 from benchmarks.common import median, table
 
 RUNS = 11
@@ -33,24 +35,10 @@ app()
 """
 
 
-def _ledger(tmp: Path) -> Path:
-    from tests import streams
-
-    from turnwatch.tracing.ingest import ingest
-    from turnwatch.tracing.ledger import Ledger
-
-    path = tmp / "ledger.sqlite3"
-    ledger = Ledger(path)
-    with streams.write(tmp / "four.jsonl", streams.four_states()).open("rb") as f:
-        ingest(f, ledger.append)
-    ledger.close()
-    return path
-
-
 def main() -> str:
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
-        ledger = str(_ledger(tmp))
+        ledger = str(streams.ledger(tmp / "ledger.sqlite3"))
         tw = [
             shutil.which("turnwatch") or sys.executable,
             *([] if shutil.which("turnwatch") else ["-m", "turnwatch"]),

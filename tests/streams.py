@@ -60,3 +60,15 @@ def four_states(now: float | None = None) -> list[str]:
 def write(path: Path, lines: list[str]) -> Path:
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def ledger(path: Path) -> Path:
+    """A ledger at ``path`` holding :func:`four_states`, ingested as a foreign runtime's."""
+    from turnwatch.tracing.ingest import ingest
+    from turnwatch.tracing.ledger import Ledger
+
+    led = Ledger(path)
+    with write(path.with_suffix(".jsonl"), four_states()).open("rb") as f:
+        ingest(f, led.append)
+    led.close()
+    return path

@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 
 from tests import streams
-from turnwatch.tracing.ingest import ingest
-from turnwatch.tracing.ledger import Ledger
 
 HEAVY = ("mcp", "opentelemetry.sdk", "turnwatch.runtime.tools", "turnwatch.cli.scenario")
 
@@ -44,12 +42,7 @@ def imported(tmp_path: Path, *argv: str) -> set[str]:
 
 @pytest.fixture
 def ledger(tmp_path: Path) -> Path:
-    path = tmp_path / "ledger.sqlite3"
-    ledger = Ledger(path)
-    with streams.write(tmp_path / "four.jsonl", streams.four_states()).open("rb") as f:
-        ingest(f, ledger.append)
-    ledger.close()
-    return path
+    return streams.ledger(tmp_path / "ledger.sqlite3")
 
 
 @pytest.mark.parametrize(

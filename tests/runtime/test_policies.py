@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import GRACE, Procs, release_when_read, task_done, until, worker_alive
 from turnwatch import names
-from turnwatch.runtime import LocalHost, MemorySink, Outcome, Receipt, Runtime
+from turnwatch.runtime import CallHandle, LocalHost, MemorySink, Outcome, Receipt, Runtime
 from turnwatch.runtime.tools.process import ANSWER_MARGIN_S
 from turnwatch.testing import ManualClock, check_invariants
 
@@ -129,14 +129,23 @@ async def test_bash_that_honours_sigterm_ends_on_sigterm(sink: MemorySink, procs
     assert procs.alive() == []
 
 
+async def running_bash(
+    runtime: Runtime, sink: MemorySink, procs: Procs, command: str
+) -> CallHandle:
+    """A Bash call of a new turn of session ``s``, once it has printed its first line."""
+    call = runtime.start_turn("s").request("Bash", {"command": command})
+    await sink.wait_for(names.TOOL_PROGRESS, call=call.call_id)
+    procs.track(sink.of(names.TOOL_STARTED, call=call.call_id)[0].attrs["pid"])
+    return call
+
+
 async def test_default_grace_window_is_ten_seconds(sink: MemorySink, procs: Procs) -> None:
     clock = ManualClock()
     runtime = Runtime(LocalHost(clock=clock), sink=sink, clock=clock)
     assert runtime.grace_s == 10.0
-    turn = runtime.start_turn("s")
-    call = turn.request("Bash", {"command": "trap '' TERM; echo ready; while :; do sleep 1; done"})
-    await sink.wait_for(names.TOOL_PROGRESS, call=call.call_id)
-    procs.track(sink.of(names.TOOL_STARTED)[0].attrs["pid"])
+    call = await running_bash(
+        runtime, sink, procs, "trap '' TERM; echo ready; while :; do sleep 1; done"
+    )
 
     stop = asyncio.ensure_future(runtime.abort("s"))
     await clock.until_waiting(2)
@@ -160,10 +169,7 @@ async def test_a_host_that_misses_the_window_is_abandoned_with_what_it_collected
     # Only the runtime's clock moves: the host (real time, grace 60 s) cannot answer in time.
     clock = ManualClock()
     runtime = Runtime(LocalHost(), grace_s=60.0, sink=sink, clock=clock)
-    turn = runtime.start_turn("s")
-    call = turn.request("Bash", {"command": "trap '' TERM; echo collected; sleep 300"})
-    await sink.wait_for(names.TOOL_PROGRESS, call=call.call_id)
-    procs.track(sink.of(names.TOOL_STARTED)[0].attrs["pid"])
+    call = await running_bash(runtime, sink, procs, "trap '' TERM; echo collected; sleep 300")
 
     stop = asyncio.ensure_future(runtime.abort("s"))
     await clock.until_waiting(1)
