@@ -58,7 +58,6 @@ class Runtime:
         self.host = host
         self.mode = Mode(mode)
         self.grace_s = grace_s
-        self.sink = sink
         self.registry = registry or AbortRegistry()
         # What sessions, turns and calls get of the runtime: never the runtime itself.
         self.env = SessionEnv(
@@ -72,6 +71,11 @@ class Runtime:
         self.sessions: dict[str, Session] = {}
         self._pid = os.getpid()
         self._create_time = _own_create_time()
+
+    @property
+    def sink(self) -> EventSink | None:
+        """Where every event goes (fixed at construction: calls hold it in their CallEnv)."""
+        return self.env.call.sink
 
     # --- events ---
 

@@ -87,9 +87,8 @@ class Recoverer:
         if f.kind in (names.F_PINNED_SESSION, names.F_ABORT_RPC_STUCK):
             return await self._walk(f)
         if f.kind in (names.F_ABORTED_WITH_LIVE_PROCESS, names.F_ORPHAN_TOOL_PROCESS):
-            if (
-                f.policy != Policy.GRACE.value
-            ):  # a mutating or extension call: awaited, never abandoned
+            # A mutating or extension call: awaited, never abandoned, never signalled.
+            if f.policy != Policy.GRACE.value:
                 return Recovery(f, Action.REPORT_AWAITED, R.REPORT_ONLY, _NEVER_SIGNALLED)
             return await self._terminate(f)
         return Recovery(f, f.action, R.REPORT_ONLY, "reported, not acted on")
