@@ -269,7 +269,9 @@ class Call:
     def race(self) -> None:
         """``race``: the wait ends now; the host discards the result."""
         self.abandoned = True
-        self.finish(Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, policy="race")
+        self.finish(
+            Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, policy=Policy.RACE.value
+        )
 
     async def grace(self, window: float) -> None:
         """``grace``: wait at most ``window`` for the host's collected output, then give up."""

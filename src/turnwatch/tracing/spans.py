@@ -22,16 +22,12 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import MAX_RELEASED, CallState, Fold, Move, Step, Store
-from turnwatch.runtime.model import Outcome, ToolClass
+from turnwatch.runtime.model import Outcome, Receipt, ToolClass
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _new_event = tuple.__new__
-_TOOL_TYPE = {
-    "read_only": "function",
-    "process": "function",
-    "mutating": "function",
-    "extension": "extension",
-}
+# gen_ai.tool.type: our own tools are functions; MCP and plugin tools are extensions.
+_TOOL_TYPE = {c.value: "extension" if c is ToolClass.EXTENSION else "function" for c in ToolClass}
 
 
 def _ns(ev: Event) -> int:
@@ -130,7 +126,7 @@ class SpanBuilder:
             return None
         span = stop.agent_abort or stop.root
         source = str(st.ev.attrs.get(names.K_SOURCE, ""))
-        span.add_event("joined", {names.A_SOURCE: source}, timestamp=_ns(st.ev))
+        span.add_event(Receipt.JOINED.value, {names.A_SOURCE: source}, timestamp=_ns(st.ev))
         return span
 
     def _on_walk(self, st: Step) -> Span | None:
