@@ -209,6 +209,7 @@ A_STOP_CLICKED: Final = "turnwatch.stop.clicked"
 A_RECEIPT: Final = "turnwatch.receipt"
 A_WALK_INFLIGHT: Final = "turnwatch.walk.inflight"
 A_PROCESS_PID: Final = "process.pid"
+A_BEFORE_START: Final = "turnwatch.tool.before_start"
 # GenAI semantic conventions (opentelemetry-semantic-conventions, gen_ai_attributes).
 A_GENAI_OPERATION: Final = "gen_ai.operation.name"
 A_GENAI_TOOL_NAME: Final = "gen_ai.tool.name"

@@ -185,11 +185,14 @@ def assert_agree(r: dict[str, Any]) -> None:
     explained = {(e.session, t.call): t.outcome for e in r["explained"] for t in e.tools}
     for key, outcome in explained.items():
         assert ledger_outcomes.get(key, "running") == outcome, key
-    # What the stop reached: one tools.abort span and one histogram sample per released call.
-    aborted = [s for s in spans.named(names.SPAN_TOOLS_ABORT) if s.attributes]
-    assert value(reg, names.M_TOOL_ABORT + "_count") == len(
-        [s for s in aborted if (s.attributes or {}).get(names.A_OUTCOME)]
-    )
+    # What the stop reached: one histogram sample per tools.abort a host was sent (a call closed
+    # before it started has its span, marked, and no abort to time).
+    sent = [
+        s
+        for s in spans.named(names.SPAN_TOOLS_ABORT)
+        if not (s.attributes or {}).get(names.A_BEFORE_START)
+    ]
+    assert value(reg, names.M_TOOL_ABORT + "_count") == len(sent)
 
 
 async def test_every_consumer_reads_a_real_stop_alike(tmp_path: Path, fifo: Path) -> None:
@@ -197,8 +200,12 @@ async def test_every_consumer_reads_a_real_stop_alike(tmp_path: Path, fifo: Path
     r = read_all(events, tmp_path / "real.sqlite3")
     assert_agree(r)
     assert r["violations"] == []
-    # The stop reached the Grep and the Bash; the Edit never began.
-    assert len(r["spans"].named(names.SPAN_TOOLS_ABORT)) == 2
+    # Every call in flight at the walk has its tools.abort: the Grep, the Bash, and the Edit
+    # closed at its prompt (marked: it never began).
+    walk = r["spans"].named(names.SPAN_ABORT_WALK)[0]
+    aborts = r["spans"].named(names.SPAN_TOOLS_ABORT)
+    assert len(aborts) == (walk.attributes or {})[names.A_WALK_INFLIGHT] == 3
+    assert [(s.attributes or {}).get(names.A_BEFORE_START) for s in aborts].count(True) == 1
     (ex,) = r["explained"]
     assert [label for _o, label, _d in ex.steps][:2] == ["Stop clicked", "agent.abort received"]
     assert {t.tool: t.outcome for t in ex.tools} == {

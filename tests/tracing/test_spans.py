@@ -25,6 +25,7 @@ from turnwatch.runtime import (
     Runtime,
     Started,
 )
+from turnwatch.runtime.events import Event
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
@@ -153,6 +154,42 @@ async def test_executions_carry_the_genai_attributes(stop: Stop) -> None:
 
 async def test_an_abort_is_not_an_error(stop: Stop) -> None:
     assert {sp.status.status_code for sp in stop.spans} == {StatusCode.UNSET}
+
+
+def test_a_failure_is_an_error_to_a_backend() -> None:
+    """A tool that fails during its abort: error.type and status ERROR, on both its spans."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    spans = SpanBuilder(provider.get_tracer("test"))
+    t = 1000.0
+    for ev in [
+        Event(names.TURN_STARTED, "s", t, turn="t"),
+        Event(names.TOOL_STARTED, "s", t, turn="t", call="c", tool="Bash"),
+        Event(names.ABORT_RPC_RECEIVED, "s", t + 1, turn="t"),
+        Event(names.ABORT_WALK_STARTED, "s", t + 1, turn="t", attrs={"inflight": 1}),
+        Event(names.TOOLS_ABORT_SENT, "s", t + 1, turn="t", call="c", tool="Bash"),
+        Event(
+            names.TOOL_FINISHED,
+            "s",
+            t + 2,
+            turn="t",
+            call="c",
+            tool="Bash",
+            attrs={"outcome": "failed", "error": "EPERM"},
+        ),
+        Event(names.TURN_SETTLED, "s", t + 2, turn="t", attrs={"outcome": "aborted"}),
+    ]:
+        spans(ev)
+    by_name = {sp.name: sp for sp in exporter.get_finished_spans()}
+    for name, error in (
+        (names.SPAN_TOOLS_ABORT, "tool_failed_during_abort"),
+        ("execute_tool Bash", "EPERM"),
+    ):
+        sp = by_name[name]
+        assert sp.status.status_code is StatusCode.ERROR
+        assert attrs(sp)[names.A_ERROR_TYPE] == error
+    assert by_name[names.SPAN_TURN_SETTLE].status.status_code is StatusCode.UNSET
 
 
 async def test_ledger_rows_carry_their_spans_ids(stop: Stop) -> None:

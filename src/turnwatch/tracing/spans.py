@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from opentelemetry import trace
-from opentelemetry.trace import Link, Span, SpanKind, Tracer
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from turnwatch import names
@@ -273,16 +273,26 @@ class SpanBuilder:
         if ex is not None:
             ex.span.set_attribute(names.A_OUTCOME, outcome)
             if failed:
-                ex.span.set_attribute(
-                    names.A_ERROR_TYPE, str(ev.attrs.get(names.K_ERROR, "failed"))
-                )
+                _error(ex.span, str(ev.attrs.get(names.K_ERROR, "failed")))
             ex.span.end(_ns(ev))
         stop = self._stops.get(ev.session)
         abort_span = stop.tools.pop(call.call, None) if stop is not None else None
+        if (
+            abort_span is None
+            and stop is not None
+            and stop.walk is not None
+            and call.started_ts is None
+            and call.abort_ts is None
+        ):
+            # Stopped before it started (at its prompt, or waiting for admission): no tools.abort
+            # went to a host, but the walk reached it, and its span says so.
+            abort_span = self._start_abort(ev, call, stop)
+            abort_span.set_attribute(names.A_BEFORE_START, True)
+            stop.tools.pop(call.call, None)
         if abort_span is not None:
             abort_span.set_attribute(names.A_OUTCOME, outcome)
             if failed:  # the abort itself failed: the host could not stop it
-                abort_span.set_attribute(names.A_ERROR_TYPE, "tool_failed_during_abort")
+                _error(abort_span, "tool_failed_during_abort")
             abort_span.end(_ns(ev))
         return abort_span  # None: stamped with its execute_tool span, as before the release
 
@@ -301,6 +311,13 @@ class SpanBuilder:
         Move.GRACE_EXPIRED: _on_grace_expired,
         Move.RELEASED: _on_released,
     }
+
+
+def _error(span: Span, error_type: str) -> None:
+    """A failure is an error to a backend: ``error.type`` and status ERROR (OpenTelemetry's
+    convention). An ordinary abort is not: its status stays UNSET."""
+    span.set_attribute(names.A_ERROR_TYPE, error_type)
+    span.set_status(Status(StatusCode.ERROR))
 
 
 def _end_all(stop: _Stop, end: int) -> None:
