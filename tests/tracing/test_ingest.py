@@ -211,3 +211,45 @@ def test_kind_dispatch_gives_the_plain_schema_verdicts(
         except fastjsonschema.JsonSchemaValueException as exc:
             verdicts.append(exc.message)
     assert verdicts[0] == verdicts[1]
+
+
+def test_ingesting_the_same_lines_twice_builds_their_spans_once(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from turnwatch.tracing.ledger import Ledger
+    from turnwatch.tracing.pipeline import Telemetry
+    from turnwatch.tracing.spans import SpanBuilder
+
+    call = {"turn": "t", "call": "c", "tool": "Grep"}
+    stop = [  # one whole stop, from the click to idle
+        line(1.0, "turn.started", "s", turn="t"),
+        line(1.1, "tool.requested", "s", **call),
+        line(1.1, "tool.started", "s", **call),
+        line(2.0, "stop.clicked", "s", turn="t", attrs={"source": "ui"}),
+        line(2.0, "abort.rpc.received", "s", turn="t", attrs={"receipt": "accepted"}),
+        line(2.0, "abort.walk.started", "s", turn="t", attrs={"inflight": 1}),
+        line(2.0, "tools.abort.sent", "s", **call),
+        line(2.0, "tool.result.discarded", "s", **call, attrs={"outcome": "discarded"}),
+        line(2.1, "turn.settled", "s", turn="t", attrs={"outcome": "aborted"}),
+        line(2.1, "abort.rpc.returned", "s", turn="t", attrs={"receipt": "accepted"}),
+        line(2.1, "processing.cleared", "s", turn="t"),
+    ]
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    src = write(tmp_path / "e.jsonl", stop)
+    for _ in range(2):
+        ledger = Ledger(tmp_path / "ledger.sqlite3")
+        tel = Telemetry(ledger=ledger, spans=SpanBuilder(provider.get_tracer("t")), dedup=True)
+        with src.open("rb") as f:
+            ingest(f, tel)
+        ledger.close()
+    names_sent = sorted(s.name for s in exporter.get_finished_spans())
+    assert names_sent == sorted(
+        ["stop", "agent.abort", "abort.walk", "turn.settle", "tools.abort", "execute_tool Grep"]
+    )
+    conn = connect(tmp_path / "ledger.sqlite3", readonly=True)
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == len(stop)
+    conn.close()

@@ -257,19 +257,25 @@ _SEEN_KEYS = (
 
 
 def write_batch(
-    conn: sqlite3.Connection, summary: Summary, batch: list[tuple[Event, str | None]]
+    conn: sqlite3.Connection,
+    summary: Summary,
+    batch: list[tuple[Event, str | None]],
+    stages: Callable[[Event], Event] | None = None,
 ) -> int:
     """Insert a batch and update the summaries in one transaction; returns rows added.
 
     Ingested events (with a dedup key) already in the ledger are skipped. The check runs inside
-    the write transaction, so two writers ingesting the same lines cannot both pass it. Each
-    table gets one statement per batch (see :mod:`batchsql`).
+    the write transaction, so two writers ingesting the same lines cannot both pass it. Only the
+    events it accepts go through ``stages`` (spans, metrics): a file ingested twice builds its
+    spans once. Each table gets one statement per batch (see :mod:`batchsql`).
     """
     keys = [key for _ev, key in batch if key is not None]
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Native events carry no key: nothing to check, the whole batch is fresh.
         events = _unseen(conn, batch, keys) if keys else [ev for ev, _key in batch]
+        if stages is not None:
+            events = [stages(ev) for ev in events]
         if events:
             _INSERT_EVENTS(conn, [_row(ev) for ev in events])
             summary.apply(conn, events)
@@ -401,8 +407,6 @@ class Ledger:
                 except queue.Empty:
                     break
             if batch:
-                if self.stages:
-                    batch = [(self.stages(ev), key) for ev, key in batch]
                 self._commit(batch)
             for w in waiters:
                 w.set()
@@ -410,9 +414,21 @@ class Ledger:
                 return
 
     def _commit(self, batch: list[tuple[Event, str | None]]) -> None:
+        # Each event goes through the stages once, even if the write is retried: a retry must
+        # not build a span twice.
+        staged: dict[int, Event] = {}
+
+        def stage(ev: Event) -> Event:
+            done = staged.get(id(ev))
+            if done is None:
+                done = staged[id(ev)] = self.stages(ev)
+            return done
+
         for attempt in range(WRITE_RETRIES):
             try:
-                self.written += write_batch(self._conn, self._summary, batch)
+                self.written += write_batch(
+                    self._conn, self._summary, batch, stage if self.stages else None
+                )
                 return
             except sqlite3.Error as exc:
                 if attempt == WRITE_RETRIES - 1:
