@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from enum import Enum, auto
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import orjson
 
@@ -488,8 +488,3 @@ class StepReader(Protocol):
 
     def on_step(self, st: Step) -> object:
         """Read one step (its ``ev`` may be the stamped copy of the event)."""
-
-
-def state_values(state: Any, columns: tuple[str, ...]) -> tuple[Any, ...]:
-    """A state's values in column order (``class`` read from ``tool_class``)."""
-    return tuple(getattr(state, "tool_class" if k == names.K_CLASS else k) for k in columns)

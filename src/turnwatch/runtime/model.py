@@ -143,11 +143,6 @@ class RecoveryResult(StrEnum):
     REPORT_ONLY = "report_only"
     DEFERRED = "deferred"
 
-    @property
-    def recorded(self) -> bool:
-        """True for the results a ``watchdog.recovered`` event may carry."""
-        return self in RECORDED_RESULTS
-
 
 #: The results ``watchdog.recovered`` records, each a series of the recoveries counter.
 RECORDED_RESULTS = (RecoveryResult.OK, RecoveryResult.FAILED, RecoveryResult.REFUSED)
