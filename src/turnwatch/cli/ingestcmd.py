@@ -1,8 +1,9 @@
 """``turnwatch ingest``: a foreign runtime's JSON lines into the ledger, spans and metrics.
 
 A followed file is read by inode and offset (``tracing.tail``); how far it was read is kept in the
-ledger, so a restarted ``ingest --follow`` resumes where the last one stopped. Ingest deduplicates,
-so a line read twice (after a crash between a commit and its checkpoint) is recorded once.
+ledger, queued behind the lines it covers, so a restarted ``ingest --follow`` resumes where the
+last one stopped. Ingest deduplicates, so a line read twice (a checkpoint lost in a crash) is
+recorded once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from turnwatch.cli.wiring import Wiring
 from turnwatch.tracing.ingest import BadLine, IngestReport, ingest
-from turnwatch.tracing.ledger import connect, get_meta, put_meta
+from turnwatch.tracing.ledger import connect, get_meta
 from turnwatch.tracing.tail import Position, Tail
 
 #: A checkpoint at most this often while lines keep coming (and whenever the file goes quiet).
@@ -52,10 +53,8 @@ def run(
     key = offset_key(source) if follow and regular else None
 
     def checkpoint(pos: Position) -> None:
-        if key is None:
-            return
-        wiring.ledger.flush()  # the lines up to ``pos`` are committed before we say so
-        put_meta(wiring.ledger.path, key, json.dumps(asdict(pos)))
+        if key is not None:  # queued behind the lines up to ``pos``: written after them
+            wiring.ledger.put_meta(key, json.dumps(asdict(pos)))
 
     with Tail(source, follow=follow, poll_s=poll_s, resume=resume, note=say, idle=checkpoint) as t:
 

@@ -18,6 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +77,12 @@ def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def put_meta(path: Path, key: str, value: str) -> None:
-    """Keep ``value`` under ``key`` in the ledger at ``path`` (its own short transaction)."""
-    conn = connect(path)
-    try:
-        conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
-    finally:
-        conn.close()
+@dataclass(frozen=True, slots=True)
+class _Meta:
+    """A value to keep beside the events (a queue item: written after what came before it)."""
+
+    key: str
+    value: str
 
 
 def dedup_key(ev: Event) -> str:
@@ -326,9 +326,9 @@ class Ledger:
         self.stages = Stages(transform, observers)
         self._conn = connect(self.path, busy_timeout_s=busy_timeout_s)
         self._summary = Summary()
-        self._queue: queue.SimpleQueue[tuple[Event, str | None] | threading.Event | None] = (
-            queue.SimpleQueue()
-        )
+        self._queue: queue.SimpleQueue[
+            tuple[Event, str | None] | _Meta | threading.Event | None
+        ] = queue.SimpleQueue()
         # Events that could not be written (disk full, file locked beyond the retries).
         self.lost = 0
         # Events committed by this writer.
@@ -353,6 +353,12 @@ class Ledger:
     def extend(self, events: Iterable[Event], *, dedup: bool = False) -> None:
         for ev in events:
             self.append(ev, dedup=dedup)
+
+    def put_meta(self, key: str, value: str) -> None:
+        """Keep ``value`` under ``key`` (an ingest offset), written by the writer after every
+        event enqueued before it: a checkpoint never says more was recorded than was."""
+        if not self._closed:
+            self._queue.put(_Meta(key, value))
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Wait until everything enqueued so far is committed (or counted lost)."""
@@ -382,36 +388,55 @@ class Ledger:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            # An event, not a flush marker or the stop (an Event is a tuple too: test for those).
-            is_event = item is not None and not isinstance(item, threading.Event)
+            # An event, not a flush marker, a meta value or the stop.
+            is_event = isinstance(item, tuple)
             if is_event and self._queue.qsize() < LINGER_BELOW:
                 # Let a batch gather before draining: a transaction per trickled event would
                 # cost more than the events. The wait holds no GIL, so the event loop runs on;
                 # it never waits on this, and a flush() cuts it short.
                 self._hurry.wait(LINGER_S)
                 self._hurry.clear()
-            batch: list[tuple[Event, str | None]] = []
-            waiters: list[threading.Event] = []
-            stop = False
-            while True:
-                if item is None:
-                    stop = True
-                elif isinstance(item, threading.Event):
-                    waiters.append(item)
-                else:
-                    batch.append(item)
-                if len(batch) >= BATCH_MAX:
-                    break
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+            batch, metas, waiters, stop = self._drain(item)
             if batch:
                 self._commit(batch)
+            if metas:
+                self._put_metas(metas)
             for w in waiters:
                 w.set()
             if stop:
                 return
+
+    def _drain(
+        self, item: tuple[Event, str | None] | _Meta | threading.Event | None
+    ) -> tuple[list[tuple[Event, str | None]], dict[str, str], list[threading.Event], bool]:
+        """``item`` and what is queued behind it, up to a batch: events, meta values (the last
+        per key counts), flush waiters, and whether to stop."""
+        batch: list[tuple[Event, str | None]] = []
+        waiters: list[threading.Event] = []
+        metas: dict[str, str] = {}
+        stop = False
+        while True:
+            if item is None:
+                stop = True
+            elif isinstance(item, threading.Event):
+                waiters.append(item)
+            elif isinstance(item, _Meta):
+                metas[item.key] = item.value
+            else:
+                batch.append(item)
+            if len(batch) >= BATCH_MAX:
+                break
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+        return batch, metas, waiters, stop
+
+    def _put_metas(self, metas: dict[str, str]) -> None:
+        try:
+            self._conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", metas.items())
+        except sqlite3.Error as exc:  # a checkpoint lost re-reads lines; dedup keeps them once
+            log.error("turnwatch ledger %s: could not keep %s: %s", self.path, sorted(metas), exc)
 
     def _commit(self, batch: list[tuple[Event, str | None]]) -> None:
         # Each event goes through the stages once, even if the write is retried: a retry must
