@@ -55,15 +55,12 @@ class Runtime:
     ) -> None:
         if grace_s <= 0:
             raise ValueError(f"grace window must be positive, got {grace_s}")
-        self.host = host
-        self.mode = Mode(mode)
-        self.grace_s = grace_s
-        self.registry = registry or AbortRegistry()
-        # What sessions, turns and calls get of the runtime: never the runtime itself.
+        # What sessions, turns and calls get of the runtime: never the runtime itself. The
+        # runtime's own settings are read from it too, so the two can never disagree.
         self.env = SessionEnv(
             CallEnv(sink, host, grace_s, clock),
-            self.mode,
-            self.registry,
+            Mode(mode),
+            registry or AbortRegistry(),
             ask_permission,
             max_running,
         )
@@ -74,8 +71,24 @@ class Runtime:
 
     @property
     def sink(self) -> EventSink | None:
-        """Where every event goes (fixed at construction: calls hold it in their CallEnv)."""
+        """Where every event goes (fixed at construction, like the settings below)."""
         return self.env.call.sink
+
+    @property
+    def host(self) -> Host:
+        return self.env.call.host
+
+    @property
+    def mode(self) -> Mode:
+        return self.env.mode
+
+    @property
+    def grace_s(self) -> float:
+        return self.env.call.grace_s
+
+    @property
+    def registry(self) -> AbortRegistry:
+        return self.env.registry
 
     # --- events ---
 
