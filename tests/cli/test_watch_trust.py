@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
-import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -122,6 +122,9 @@ def test_the_log_says_what_changed() -> None:
     ]
 
 
+SCANS = names.M_SCAN + "_count "
+
+
 def test_the_watch_service_starts_before_any_ledger_exists(tmp_path: Path) -> None:
     """A unit started at boot, before any runtime wrote a ledger, keeps running."""
     import signal
@@ -148,9 +151,20 @@ def test_the_watch_service_starts_before_any_ledger_exists(tmp_path: Path) -> No
         text=True,
     )
     try:
-        wait_until(ledger.exists, timeout=30, what="the watchdog to make its ledger")
-        time.sleep(1.0)  # several scans of the empty ledger
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # "metrics on http://127.0.0.1:PORT/metrics"
+        url = first.split()[-1]
+        assert url.startswith("http://127.0.0.1:"), first
+
+        def scans() -> float:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                text = resp.read().decode()
+            line = next(ln for ln in text.splitlines() if ln.startswith(SCANS))
+            return float(line.split()[-1])
+
+        wait_until(lambda: scans() >= 3, timeout=30, what="three scans of the empty ledger")
+        assert ledger.exists()
+        assert proc.poll() is None
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
