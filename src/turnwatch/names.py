@@ -195,6 +195,8 @@ SPAN_ABORT_WALK: Final = "abort.walk"
 SPAN_TOOLS_ABORT: Final = "tools.abort"
 SPAN_TURN_SETTLE: Final = "turn.settle"
 SPAN_EXECUTE_TOOL_PREFIX: Final = "execute_tool"
+#: One per recovery the watchdog recorded; ERROR when it failed or was refused.
+SPAN_WATCHDOG_RECOVER: Final = "watchdog.recover"
 
 # --- Span and event attributes ---
 A_SESSION: Final = "turnwatch.session"
@@ -210,6 +212,8 @@ A_RECEIPT: Final = "turnwatch.receipt"
 A_WALK_INFLIGHT: Final = "turnwatch.walk.inflight"
 A_PROCESS_PID: Final = "process.pid"
 A_BEFORE_START: Final = "turnwatch.tool.before_start"
+A_RECOVERY_RESULT: Final = "turnwatch.recovery.result"
+A_RECOVERY_ACTION: Final = "turnwatch.recovery.action"
 # GenAI semantic conventions (opentelemetry-semantic-conventions, gen_ai_attributes).
 A_GENAI_OPERATION: Final = "gen_ai.operation.name"
 A_GENAI_TOOL_NAME: Final = "gen_ai.tool.name"

@@ -8,6 +8,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
 from tests.conftest import Procs, wait_until
@@ -17,6 +21,8 @@ from turnwatch.exporters.metrics import StopMetrics
 from turnwatch.runtime.model import RecoveryResult
 from turnwatch.runtime.terminate import Pidfds
 from turnwatch.tracing.ledger import Ledger, connect, read_events
+from turnwatch.tracing.pipeline import Telemetry
+from turnwatch.tracing.spans import SpanBuilder
 from turnwatch.watchdog.loop import Watchdog
 from turnwatch.watchdog.scan import Config, scan
 from turnwatch.watchdog.signals import Guard, Target
@@ -277,3 +283,49 @@ async def test_a_finding_is_reported_once_while_it_lasts(tmp_path: Path) -> None
     kinds = sorted(json.loads(r[0])["finding"] for r in reported)
     conn.close()
     assert kinds == ["abort_rpc_stuck", "pinned_session"]  # once each, not once per scan
+
+
+async def test_a_refused_recovery_is_an_error_span_and_a_reap_is_not(
+    tmp_path: Path, procs: Procs
+) -> None:
+    """What a backend sees of the watchdog: one watchdog.recover span per recovery, ERROR with
+    error.type when it was refused, UNSET when it worked."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    rec.runtime(session="refused", pid=1)
+    rec.aborted_turn(psutil.Process(1), session="refused")
+    rec.close()
+    aborted_tree(path, procs)  # session "s": a term-ignoring tree, reaped
+    ledger = Ledger(path)
+    sink = Telemetry(ledger=ledger, spans=SpanBuilder(provider.get_tracer("test")))
+    dog = Watchdog(path, sink, ledger.flush, cfg=CFG)
+    await dog.cycle()
+    ledger.close()
+
+    spans = {
+        sp.attributes[names.A_SESSION]: sp
+        for sp in exporter.get_finished_spans()
+        if sp.name == names.SPAN_WATCHDOG_RECOVER and sp.attributes is not None
+    }
+    assert set(spans) == {"refused", "s"}
+    refused, reaped = spans["refused"], spans["s"]
+    assert refused.status.status_code is StatusCode.ERROR
+    assert refused.attributes is not None
+    assert reaped.attributes is not None
+    assert refused.attributes[names.A_ERROR_TYPE] == "refused"
+    assert refused.attributes[names.A_RECOVERY_RESULT] == "refused"
+    assert reaped.status.status_code is StatusCode.UNSET
+    assert reaped.attributes[names.A_RECOVERY_RESULT] == "ok"
+    assert names.A_ERROR_TYPE not in reaped.attributes
+    # The ledger row of each recovery carries its span's ids.
+    conn = connect(path, readonly=True)
+    rows = conn.execute(
+        "SELECT session, span_id FROM events WHERE kind = ?", (names.WATCHDOG_RECOVERED,)
+    ).fetchall()
+    conn.close()
+    assert {(s, int(sid, 16)) for s, sid in rows} == {
+        (s, sp.context.span_id) for s, sp in spans.items() if sp.context is not None
+    }

@@ -22,11 +22,12 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import MAX_RELEASED, CallState, Fold, Move, Step, Store
-from turnwatch.runtime.model import Outcome, Receipt, ToolClass
+from turnwatch.runtime.model import Outcome, Receipt, RecoveryResult, ToolClass
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _new_event = tuple.__new__
 # gen_ai.tool.type: our own tools are functions; MCP and plugin tools are extensions.
+_RECOVERY_FAILED = frozenset({RecoveryResult.FAILED.value, RecoveryResult.REFUSED.value})
 _TOOL_TYPE = {c.value: "extension" if c is ToolClass.EXTENSION else "function" for c in ToolClass}
 
 
@@ -296,6 +297,32 @@ class SpanBuilder:
             abort_span.end(_ns(ev))
         return abort_span  # None: stamped with its execute_tool span, as before the release
 
+    # --- the watchdog ---
+
+    def _on_recovered(self, st: Step) -> Span:
+        """A recovery is an instant: its span says what was done and how it ended, an ERROR
+        when it failed or was refused (the alert on failing recoveries has its trace)."""
+        ev = st.ev
+        result = str(ev.attrs.get(names.K_RESULT, ""))
+        span = self.tracer.start_span(
+            names.SPAN_WATCHDOG_RECOVER,
+            context=trace.set_span_in_context(trace.INVALID_SPAN),  # a root, whatever is current
+            start_time=_ns(ev),
+            attributes={
+                names.A_SESSION: ev.session,
+                names.A_TURN: ev.turn or "",
+                names.A_RECOVERY_RESULT: result,
+                names.A_RECOVERY_ACTION: str(ev.attrs.get(names.K_ACTION, "")),
+                names.A_GENAI_CONVERSATION: ev.session,
+            },
+        )
+        if ev.tool:
+            span.set_attribute(names.A_GENAI_TOOL_NAME, ev.tool)
+        if result in _RECOVERY_FAILED:
+            _error(span, result, str(ev.attrs.get(names.K_ERROR, "")))
+        span.end(_ns(ev))
+        return span
+
     #: What each move does here; a move not listed does nothing.
     _ON_MOVE: ClassVar[Mapping[Move, Callable[[SpanBuilder, Step], Span | None]]] = {
         Move.TURN: _on_turn,
@@ -310,14 +337,15 @@ class SpanBuilder:
         Move.ABORT_SENT: _on_abort_sent,
         Move.GRACE_EXPIRED: _on_grace_expired,
         Move.RELEASED: _on_released,
+        Move.RECOVERED: _on_recovered,
     }
 
 
-def _error(span: Span, error_type: str) -> None:
+def _error(span: Span, error_type: str, description: str | None = None) -> None:
     """A failure is an error to a backend: ``error.type`` and status ERROR (OpenTelemetry's
     convention). An ordinary abort is not: its status stays UNSET."""
     span.set_attribute(names.A_ERROR_TYPE, error_type)
-    span.set_status(Status(StatusCode.ERROR))
+    span.set_status(Status(StatusCode.ERROR, description or None))
 
 
 def _end_all(stop: _Stop, end: int) -> None:
