@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -49,8 +51,13 @@ def _root() -> None:
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    """Print ``message`` to stderr; the caller raises the returned Exit."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    """Print ``message`` to stderr; the caller raises the returned Exit.
+
+    The message is text, never markup: ``pip install 'turnwatch[otlp-grpc]'`` must print whole.
+    """
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 
@@ -59,6 +66,17 @@ def positive(option: str, value: float) -> None:
     meaningless."""
     if not value > 0:
         raise fail(f"{option} must be a positive number of seconds, got {value:g}")
+
+
+@contextmanager
+def exporter_config() -> Iterator[None]:
+    """Exit 2 with the one line an exporter the environment asks for cannot be had."""
+    from turnwatch.exporters.otel import ExporterConfigError
+
+    try:
+        yield
+    except ExporterConfigError as exc:
+        raise fail(str(exc)) from None
 
 
 def ledger_path(path: Path | None) -> Path:
@@ -133,7 +151,8 @@ def ingest(
     except OSError as exc:
         raise fail(f"{name}: cannot read ({exc.strerror})") from None
     try:
-        wiring = wire(ledger_path(ledger), dedup=True)
+        with exporter_config():
+            wiring = wire(ledger_path(ledger), dedup=True)
     except LedgerError as exc:
         raise fail(str(exc)) from None
 
@@ -278,13 +297,14 @@ def recover(
         raise unknown_session(conn, session)
     import asyncio
 
-    dog, dog_ledger = make_watchdog(
-        ledger_path(ledger),
-        _config(grace),
-        recover=True,
-        dry_run=False,
-        say=lambda m: console.print(f"  {m}"),
-    )
+    with exporter_config():
+        dog, close = make_watchdog(
+            ledger_path(ledger),
+            _config(grace),
+            recover=True,
+            dry_run=False,
+            say=lambda m: console.print(f"  {m}"),
+        )
     try:
         findings = [f for f in dog.scan().findings if f.session == session]
         if not findings:
@@ -302,7 +322,7 @@ def recover(
             typer.confirm("Take these actions?", abort=True)
         done = asyncio.run(dog.act(findings))
     finally:
-        dog_ledger.close()
+        close()
     for a in done:
         console.print(f"• {a.finding.kind}: {a.action} → {a.result} {a.detail}")
     if any(a.result in (RecoveryResult.FAILED, RecoveryResult.REFUSED) for a in done):
@@ -353,21 +373,27 @@ def watch(
     say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False))
     if not once:
         try:
-            watchcmd.loop(
-                path,
-                _config(grace, pinned_after, overdue_after),
-                interval_s=interval,
-                recover=recover,
-                dry_run=dry_run,
-                metrics_addr=metrics_addr,
-                say=say,
-            )
+            with exporter_config():
+                watchcmd.loop(
+                    path,
+                    _config(grace, pinned_after, overdue_after),
+                    interval_s=interval,
+                    recover=recover,
+                    dry_run=dry_run,
+                    metrics_addr=metrics_addr,
+                    say=say,
+                )
         except (ValueError, OSError, LedgerError) as exc:
             raise fail(str(exc)) from None
         return
-    cycle = watchcmd.once(
-        path, _config(grace, pinned_after, overdue_after), recover=recover, dry_run=dry_run, say=say
-    )
+    with exporter_config():
+        cycle = watchcmd.once(
+            path,
+            _config(grace, pinned_after, overdue_after),
+            recover=recover,
+            dry_run=dry_run,
+            say=say,
+        )
     actions = {id(a.finding): a for a in cycle.actions}
     rows = []
     for f in cycle.findings:
@@ -419,17 +445,18 @@ def demo(
         else:
             render.demo_report(console, report)
 
-    try:
-        democmd.run(
-            grace_s=grace,
-            ledger=ledger,
-            quiet=as_json,
-            err=err,
-            then=show,
-            serve_addr=serve_metrics,
-        )
-    except ValueError as exc:
-        raise fail(f"--serve-metrics: {exc}") from None
+    with exporter_config():
+        try:
+            democmd.run(
+                grace_s=grace,
+                ledger=ledger,
+                quiet=as_json,
+                err=err,
+                then=show,
+                serve_addr=serve_metrics,
+            )
+        except ValueError as exc:
+            raise fail(f"--serve-metrics: {exc}") from None
 
 
 def main() -> None:

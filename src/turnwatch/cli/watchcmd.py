@@ -28,12 +28,19 @@ def make_watchdog(
     dry_run: bool,
     say: Callable[[str], None],
     observe_scan: Callable[[float], None] | None = None,
-) -> tuple[Watchdog, Ledger]:
-    """A watchdog recording its findings and actions into the ledger at ``path``."""
+) -> tuple[Watchdog, Callable[[], None]]:
+    """A watchdog recording its findings and actions (and their spans) into the ledger at
+    ``path``, and what closes both (the ledger first: its writer builds the spans)."""
+    provider = tracer_provider()  # first: an exporter that cannot be had opens nothing
     ledger = Ledger(path)
     telemetry = Telemetry(
-        ledger=ledger, spans=SpanBuilder(tracer_provider().get_tracer("turnwatch.watchdog"))
+        ledger=ledger, spans=SpanBuilder(provider.get_tracer("turnwatch.watchdog"))
     )
+
+    def close() -> None:
+        ledger.close()
+        provider.shutdown()
+
     return Watchdog(
         path,
         telemetry,
@@ -43,17 +50,17 @@ def make_watchdog(
         dry_run=dry_run,
         observe_scan=observe_scan,
         say=say,
-    ), ledger
+    ), close
 
 
 def once(
     path: Path, cfg: Config, *, recover: bool, dry_run: bool, say: Callable[[str], None]
 ) -> Cycle:
-    dog, ledger = make_watchdog(path, cfg, recover=recover, dry_run=dry_run, say=say)
+    dog, close = make_watchdog(path, cfg, recover=recover, dry_run=dry_run, say=say)
     try:
         return asyncio.run(dog.cycle())
     finally:
-        ledger.close()
+        close()
 
 
 def loop(
@@ -75,7 +82,7 @@ def loop(
         server, port = http.serve(registry, metrics_addr)
         say(f"metrics on {http.url(metrics_addr, port)}")
     try:
-        dog, ledger = make_watchdog(
+        dog, close = make_watchdog(
             path, cfg, recover=recover, dry_run=dry_run, say=say, observe_scan=metrics.scan.observe
         )
     except BaseException:
@@ -101,4 +108,4 @@ def loop(
     finally:
         if server is not None:
             http.stop(server)
-        ledger.close()
+        close()

@@ -37,12 +37,16 @@ class Wiring:
 
 
 def wire(path: Path, *, dedup: bool = False, registry: CollectorRegistry | None = None) -> Wiring:
-    """Open the ledger and build the pipeline (spans → metrics → ledger) and the gauges."""
+    """Open the ledger and build the pipeline (spans → metrics → ledger) and the gauges.
+
+    The exporters come first: one the environment asks for but cannot be had raises
+    :class:`~turnwatch.exporters.otel.ExporterConfigError` before the ledger is opened.
+    """
+    provider = tracer_provider()
     ledger = Ledger(path)
     registry = registry or CollectorRegistry()
     metrics = StopMetrics(registry)
     registry.register(LiveCollector(lambda: live_state(path, ledger)))
-    provider = tracer_provider()
     spans = SpanBuilder(provider.get_tracer("turnwatch"))
     telemetry = Telemetry(ledger=ledger, spans=spans, observers=[metrics], dedup=dedup)
     return Wiring(ledger, registry, metrics, telemetry, spans, provider)
