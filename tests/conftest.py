@@ -7,6 +7,7 @@ import contextlib
 import functools
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -39,6 +40,13 @@ def require_cgroups() -> None:
     if os.environ.get("TURNWATCH_REQUIRE_CGROUP") == "1":
         pytest.fail("TURNWATCH_REQUIRE_CGROUP=1 but no writable cgroup2 hierarchy here")
     pytest.skip("no writable cgroup2 hierarchy (run as root, or under a delegated cgroup)")
+
+
+def free_port() -> int:
+    """A port free now on 127.0.0.1 (for a server the test starts next)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def wait_until(cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:

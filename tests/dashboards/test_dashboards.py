@@ -8,7 +8,6 @@ import functools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 from dashboards import generate, spec
-from tests.conftest import Procs, wait_until
+from tests.conftest import Procs, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "dashboards" / "prometheus"
@@ -81,12 +80,6 @@ def test_every_alert_has_a_runbook() -> None:
         page = ROOT / "docs" / "runbooks" / f"{a.name}.md"
         assert page.exists(), page
         assert a.runbook.endswith(f"docs/runbooks/{a.name}.md")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get(url: str) -> Any:
