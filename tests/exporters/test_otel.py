@@ -208,7 +208,8 @@ def test_a_backend_down_is_said_once_then_batches_drop_until_it_is_back(
 ) -> None:
     port, start = collector_later
     said: list[str] = []
-    inner = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=1)
+    # A timeout that leaves room for one retry: the retry's warning carries the reason.
+    inner = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=3)
     exporter = otel.Reported(inner, "otlp_proto_http", said.append, cool_down_s=0.2)
 
     assert exporter.export(one_span()) is SpanExportResult.FAILURE

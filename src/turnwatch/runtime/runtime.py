@@ -245,6 +245,7 @@ class Runtime:
             sess.returned(live, Receipt.JOINED)
             return Receipt.JOINED
         live.stop_started = time.monotonic()
+        traceparent = traceparent or live.traceparent
         live.traceparent = traceparent
         if clicked_at is not None and self.sink is not None:
             self.sink(_clicked_event(session_id, live.id, clicked_at, src))
@@ -259,6 +260,8 @@ class Runtime:
         live.stop_task = asyncio.get_running_loop().create_task(
             self._stop(live, src), name=f"stop {live.id}"
         )
+        for callback in live.on_stop:
+            callback()
         await asyncio.shield(live.stop_task)
         sess.returned(live, Receipt.ACCEPTED)
         return Receipt.ACCEPTED

@@ -74,7 +74,13 @@ class Turn:
         self.walked = False
         # The walk's task that ends what the turn's finished calls left running.
         self.lingering: asyncio.Task[None] | None = None
+        # The trace this turn belongs to (an agent framework's run span), if any: a stop that
+        # brings no traceparent of its own joins it.
         self.traceparent: str | None = None
+        # Called once, when the first stop reaches the turn (an agent framework's own cancel).
+        self.on_stop: list[Callable[[], object]] = []
+        # Calls whose permission is asked whatever ask_permission says (a framework's approval).
+        self._ask: dict[str, bool] = {}
         self._seq = itertools.count(1)
 
     @property
@@ -109,8 +115,13 @@ class Turn:
         *,
         call_id: str | None = None,
         tool_class: str | None = None,
+        ask_permission: bool | None = None,
     ) -> CallHandle:
-        """Ask for a tool call; returns at once with a handle whose ``result()`` you await."""
+        """Ask for a tool call; returns at once with a handle whose ``result()`` you await.
+
+        ``ask_permission`` overrides the runtime's ``ask_permission`` for this call: an agent
+        framework that asks for its own approvals says so per call.
+        """
         sess, env = self.session, self.session.env
         cid = call_id or self.next_call_id()
         if cid in sess.used_call_ids:
@@ -120,6 +131,8 @@ class Turn:
             env.call, self, sess.id, cid, tool, class_of(tool, tool_class), dict(args or {})
         )
         self.calls[cid] = call
+        if ask_permission is not None:
+            self._ask[cid] = ask_permission
         self._open += 1
         self._idle.clear()
         call.emit(
@@ -144,7 +157,7 @@ class Turn:
             call.holds_slot = await self.session.admission.acquire(self._prestart_stop(call))
             if not call.holds_slot:
                 return
-            if env.ask_permission is not None and env.ask_permission(call.tool, call.tool_class):
+            if self._asks(call):
                 call.phase = Phase.AWAITING_PERMISSION
                 call.prompt = Prompt()
                 call.emit(names.PERMISSION_REQUESTED)
@@ -182,6 +195,13 @@ class Turn:
         except Exception as exc:  # a host bug must not leave the turn open forever
             call.finish(Outcome.FAILED, error=repr(exc))
             raise
+
+    def _asks(self, call: Call) -> bool:
+        ask = self._ask.pop(call.call_id, None)
+        if ask is not None:
+            return ask
+        env = self.session.env
+        return env.ask_permission is not None and env.ask_permission(call.tool, call.tool_class)
 
     def _prestart_stop(self, call: Call) -> asyncio.Future[object]:
         """What a waiting call watches: its stop (``abandon_all``: nothing, the flaw it shows)."""

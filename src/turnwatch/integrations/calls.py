@@ -1,0 +1,196 @@
+"""Framework tool calls run as turnwatch calls: the host side every integration shares.
+
+An integration hands each call's framework handler to a :class:`Dispatcher` (registered on the
+runtime's :class:`~turnwatch.runtime.LocalHost` under the tool's name) and requests the call on
+its turn; the runtime then runs the handler under the policy of the call's class. Nothing here
+imports a framework.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import dataclasses
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from turnwatch.runtime.host import LocalHost
+from turnwatch.runtime.model import ToolClass
+from turnwatch.runtime.protocol import HostResult, HostStatus, Started
+from turnwatch.runtime.session import CallHandle
+from turnwatch.runtime.tools.context import ToolContext
+from turnwatch.runtime.tools.process import run_process
+
+#: The tool metadata key naming a tool's class.
+CLASS_KEY = "turnwatch_class"
+#: How much of a tool's result the ledger keeps (the framework gets the whole value).
+_TEXT_CAP = 4096
+
+Handler = Callable[[Any], Any]
+
+
+class ToolClassError(ValueError):
+    """A tool's class is unknown, or its kind cannot honour it (said at construction)."""
+
+
+class CommandAbortedError(Exception):
+    """A stop ended the command :func:`run_command` started (its tool is being released)."""
+
+
+class CommandResult(NamedTuple):
+    """What a command printed (stdout and stderr, in order) and how it exited."""
+
+    output: str
+    exit_code: int | None
+
+
+def class_of(name: str, metadata: Mapping[str, Any] | None, default: ToolClass) -> ToolClass:
+    """The class ``metadata`` names under :data:`CLASS_KEY`, else ``default``; an unknown one
+    is a :class:`ToolClassError` naming the tool and the accepted classes."""
+    value = (metadata or {}).get(CLASS_KEY)
+    if value is None:
+        return default
+    try:
+        return ToolClass(value)
+    except ValueError:
+        accepted = ", ".join(c.value for c in ToolClass)
+        raise ToolClassError(
+            f"tool {name!r}: {CLASS_KEY}={value!r} is not a tool class (accepted: {accepted})"
+        ) from None
+
+
+_CURRENT: contextvars.ContextVar[Slot | None] = contextvars.ContextVar(
+    "turnwatch_call", default=None
+)
+
+
+@dataclasses.dataclass(eq=False)
+class Slot:
+    """One call between the framework and the host: the handler, and what it returned."""
+
+    # The framework's handler, its validated arguments, and the context it was called in.
+    handler: asyncio.Future[tuple[Handler, Any, contextvars.Context]]
+    ctx: ToolContext | None = None
+    value: Any = None
+    error: BaseException | None = None
+    aborted: HostResult | None = None
+    handle: CallHandle | None = None
+
+
+class Dispatcher:
+    """Registered on a host under each wrapped tool's name; runs the call's framework handler."""
+
+    def __init__(self, host: LocalHost) -> None:
+        self.host = host
+        self.slots: dict[tuple[str, str], Slot] = {}
+
+    def add_tools(self, names: Sequence[str]) -> None:
+        for name in names:
+            fn = self.host.tools.get(name)
+            if fn is not None and fn != self.execute:
+                raise ToolClassError(f"tool {name!r} is already a tool of this host")
+            self.host.register(name, self.execute)
+
+    def slot(self, session: str, call_id: str) -> Slot:
+        key = (session, call_id)
+        if key not in self.slots:
+            self.slots[key] = Slot(asyncio.get_running_loop().create_future())
+        return self.slots[key]
+
+    async def execute(self, ctx: ToolContext) -> HostResult:
+        req = ctx.request
+        slot = self.slot(req.session, req.call_id)
+        slot.ctx = ctx
+        # An approved call starts before the resumed run reaches it: wait for its handler, or
+        # for the stop (then it never ran, and says so).
+        stop = asyncio.ensure_future(ctx.abort_arrived.wait())
+        try:
+            await asyncio.wait((slot.handler, stop), return_when=asyncio.FIRST_COMPLETED)
+            if not slot.handler.done():
+                return HostResult(HostStatus.ABORTED, error="stopped before the framework ran it")
+            if slot.handler.exception() is not None:
+                return HostResult(HostStatus.ERROR, error=str(slot.handler.exception()))
+            handler, args, context = slot.handler.result()
+            if req.tool_class is not ToolClass.PROCESS:  # a process tool's command says it
+                ctx.notify(Started())
+            # The handler runs in the framework's context (its executor, its execute_tool span),
+            # not in whatever context started the call (an approved call starts in another run).
+            context.run(_CURRENT.set, slot)
+            task = asyncio.get_running_loop().create_task(handler(args), context=context)
+            if req.tool_class is ToolClass.READ_ONLY:
+                # Raced: the stop discards it (the walk released the call already).
+                await asyncio.wait((task, stop), return_when=asyncio.FIRST_COMPLETED)
+                if not task.done():
+                    task.cancel()
+                    return HostResult(HostStatus.ABORTED, error="discarded at the stop")
+            return await self._answer(slot, task)
+        finally:
+            stop.cancel()
+
+    async def _answer(self, slot: Slot, task: asyncio.Future[Any]) -> HostResult:
+        # Process, mutating and extension calls: awaited. A process tool's command ends at the
+        # stop within the grace window (run_command); the others run to their end.
+        try:
+            slot.value = await asyncio.shield(task)
+        except CommandAbortedError:
+            assert slot.aborted is not None
+            return slot.aborted
+        except Exception as exc:  # the framework gets it back as it was raised
+            slot.error = exc
+            return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
+        return HostResult(HostStatus.OK, str(slot.value)[:_TEXT_CAP])
+
+
+_DISPATCHERS: weakref.WeakKeyDictionary[LocalHost, Dispatcher] = weakref.WeakKeyDictionary()
+
+
+def dispatcher(host: object, who: str) -> Dispatcher:
+    if not isinstance(host, LocalHost):
+        raise TypeError(f"{who} runs its tools on a LocalHost, not {type(host).__name__}")
+    if host not in _DISPATCHERS:
+        _DISPATCHERS[host] = Dispatcher(host)
+    return _DISPATCHERS[host]
+
+
+async def run_command(
+    argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
+) -> CommandResult:
+    """Run a command from a ``process`` tool: contained, ended at a stop within the grace window.
+
+    Raises :class:`CommandAbortedError` when a stop ended it (the call's result, with the output
+    collected until then, is the ledger's).
+    """
+    slot = _CURRENT.get()
+    if slot is None or slot.ctx is None:
+        raise RuntimeError("run_command runs in a process tool of a wrapped agent")
+    result = await run_process(slot.ctx, argv, cwd=cwd, env=env)
+    if result.status is HostStatus.ABORTED:
+        slot.aborted = result
+        raise CommandAbortedError(result.error or "stopped")
+    return CommandResult(result.output, (result.data or {}).get("exit_code"))
+
+
+class DaemonExecutor(concurrent.futures.Executor):
+    """A thread per sync tool, daemonic: one a stop abandons cannot hold the interpreter open."""
+
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def work() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=work, name="turnwatch-sync-tool", daemon=True).start()
+        return future
+
+
+DAEMONS = DaemonExecutor()

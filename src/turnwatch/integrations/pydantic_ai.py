@@ -1,0 +1,268 @@
+"""pydantic-ai under the ADR's stop: each run a turnwatch turn, each tool call a turnwatch call.
+
+``pip install 'turnwatch[pydantic-ai]'``. The only module that imports pydantic-ai.
+
+    rt = Runtime(LocalHost(), sink=Ledger("ledger.sqlite3"))
+    agent = StoppableAgent(Agent(model, tools=[...]), rt)
+    result = await agent.run("fix the build", session="s1")   # elsewhere: await rt.abort("s1")
+
+Every tool runs under the policy of its class, from its metadata (``{"turnwatch_class":
+"process"}``) or ``default_class`` (``mutating``, so a tool nobody classified is never abandoned):
+
+- ``read_only``: raced; at a stop its result is discarded. Sync tools run in daemon threads, so
+  an abandoned one no longer keeps the interpreter from exiting (pydantic-ai #7692).
+- ``process``: async tools that start commands with :func:`run_command`: a cgroup or process
+  group per call, SIGTERM at the stop, the grace window, then SIGKILL; the output is kept.
+- ``mutating`` and ``extension`` (tools of other toolsets, such as MCP servers): awaited. The
+  framework's cancel does not reach them: they run in the runtime's task, and the turn settles
+  only once they returned.
+
+A stop is ``rt.abort(session)`` from anywhere (the UI, the control socket, the watchdog): it
+cancels the run through pydantic-ai's own ``CancellationToken`` and returns when every call is
+released; ``run()`` then raises ``RunCancelled``. A cancel of the framework's own (the token,
+``RunContext.cancel()``) runs the same walk. Approvals (``requires_approval=True``) are turnwatch
+permission prompts: a run that ends asking for them keeps its turn live ("processing") until they
+are answered through the next ``run(deferred_tool_results=...)``; an answer after a stop is
+refused, the run gets ``ToolDenied``, and the ledger records ``permission.late``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
+
+from opentelemetry import trace
+from pydantic_ai import (
+    Agent,
+    CancellationToken,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ToolApproved,
+    ToolDenied,
+)
+from pydantic_ai.capabilities import AbstractCapability, UseThreadExecutor
+from pydantic_ai.exceptions import RunCancelled
+from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import RunContext, ToolDefinition
+from pydantic_ai.toolsets import FunctionToolset
+
+from turnwatch.integrations.calls import (
+    CLASS_KEY,
+    DAEMONS,
+    CommandAbortedError,
+    CommandResult,
+    ToolClassError,
+    class_of,
+    dispatcher,
+    run_command,
+)
+from turnwatch.runtime.gate import Answer
+from turnwatch.runtime.model import Outcome, Phase, ToolClass
+from turnwatch.runtime.runtime import Runtime
+from turnwatch.runtime.session import Turn
+
+__all__ = [
+    "CLASS_KEY",
+    "CommandAbortedError",
+    "CommandResult",
+    "StoppableAgent",
+    "ToolClassError",
+    "run_command",
+]
+
+STOPPED = "The user stopped the turn before this call was approved."
+
+Deps = TypeVar("Deps")
+Out = TypeVar("Out")
+
+
+# --- the tools' classes, checked at construction ---
+
+
+def tool_classes(agent: Agent[Any, Any], default: ToolClass) -> dict[str, ToolClass]:
+    """Each function tool's class; tools of other toolsets (MCP servers…) are ``extension``."""
+    classes: dict[str, ToolClass] = {}
+    for toolset in agent.toolsets:
+        if not isinstance(toolset, FunctionToolset):
+            continue
+        for name, tool in toolset.tools.items():
+            cls = class_of(name, tool.metadata, default)
+            if cls is ToolClass.PROCESS and not inspect.iscoroutinefunction(tool.function):
+                raise ToolClassError(
+                    f"tool {name!r}: a process tool must be async and start its commands with "
+                    "turnwatch.integrations.pydantic_ai.run_command"
+                )
+            classes[name] = cls
+    return classes
+
+
+# --- the framework side ---
+
+
+@dataclasses.dataclass
+class _Wrap(AbstractCapability[Any]):
+    """One run's capability: its tool calls go through the turn's calls."""
+
+    owner: StoppableAgent[Any, Any]
+    turn: Turn
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
+        # The run's span (pydantic-ai's invoke_agent, when instrumented) is the stop's parent.
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid and self.turn.traceparent is None:
+            self.turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
+        return await handler()
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: Any,
+        handler: Any,
+    ) -> Any:
+        owner, session = self.owner, self.turn.session.id
+        slot = owner.dispatch.slot(session, call.tool_call_id)
+        slot.handler.set_result((handler, args, contextvars.copy_context()))
+        try:
+            handle = slot.handle or self.turn.request(
+                tool_def.name,
+                args if isinstance(args, dict) else {},
+                call_id=call.tool_call_id,
+                tool_class=owner.class_of(tool_def).value,
+            )
+            result = await handle.result()
+        finally:
+            owner.dispatch.slots.pop((session, call.tool_call_id), None)
+        if result.outcome is Outcome.COMPLETED:
+            return slot.value
+        if slot.error is not None:
+            raise slot.error
+        # Refused, discarded or aborted: the run is stopping. Let the framework end it its way.
+        ctx.cancel()
+        await asyncio.sleep(0)
+        raise RunCancelled(f"tool call {call.tool_call_id} was {result.outcome}")
+
+
+class StoppableAgent(Generic[Deps, Out]):
+    """A pydantic-ai ``Agent`` whose runs stop the ADR's way on ``runtime``."""
+
+    def __init__(
+        self,
+        agent: Agent[Deps, Out],
+        runtime: Runtime,
+        *,
+        default_class: ToolClass | str = ToolClass.MUTATING,
+    ) -> None:
+        self.agent, self.runtime = agent, runtime
+        self.default_class = class_of(
+            "default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING
+        )
+        self.classes = tool_classes(agent, self.default_class)
+        self.dispatch = dispatcher(runtime.host, "StoppableAgent")
+        self.dispatch.add_tools(list(self.classes))
+        self._awaiting: dict[str, Turn] = {}  # sessions whose turn waits for approvals
+
+    def class_of(self, tool_def: ToolDefinition) -> ToolClass:
+        known = self.classes.get(tool_def.name)
+        if known is not None:
+            return known
+        # A tool of another toolset (an MCP server, a dynamic toolset): extension unless it says.
+        return class_of(tool_def.name, tool_def.metadata, ToolClass.EXTENSION)
+
+    async def run(
+        self,
+        user_prompt: Any = None,
+        *,
+        session: str,
+        deferred_tool_results: DeferredToolResults | None = None,
+        **kwargs: Any,
+    ) -> AgentRunResult[Any]:
+        """``Agent.run`` as one turn of ``session`` (or the turn its approvals kept live)."""
+        turn = self._awaiting.pop(session, None)
+        if deferred_tool_results is not None and deferred_tool_results.approvals:
+            deferred_tool_results = self._answer(session, deferred_tool_results)
+        if turn is None or turn.settled.done():
+            turn = self.runtime.start_turn(session)
+        token = CancellationToken()
+        turn.on_stop.append(token.cancel)
+        try:
+            result: AgentRunResult[Any] = await self.agent.run(
+                user_prompt,
+                cancellation_token=token,
+                deferred_tool_results=deferred_tool_results,
+                capabilities=[_Wrap(self, turn), UseThreadExecutor(DAEMONS)],
+                **kwargs,
+            )
+        except RunCancelled:
+            if not turn.stopping:  # the framework's own cancel: the same walk
+                await self.runtime.abort(session, source="api", turn=turn.id)
+            await turn.finish()
+            raise
+        except BaseException:
+            self._unclaimed(session)
+            await turn.finish()
+            raise
+        finally:
+            turn.on_stop.remove(token.cancel)
+        output = result.output
+        if isinstance(output, DeferredToolRequests) and output.approvals:
+            await self._ask(turn, output.approvals)
+            self._awaiting[session] = turn
+            return result
+        self._unclaimed(session)
+        await turn.finish()
+        return result
+
+    async def _ask(self, turn: Turn, parts: Sequence[ToolCallPart]) -> None:
+        """Each approval the run asks for, a permission prompt on the turn, open on return (so an
+        answer given at once finds it)."""
+        handles = []
+        for part in parts:
+            slot = self.dispatch.slot(turn.session.id, part.tool_call_id)
+            args = part.args_as_dict()
+            slot.handle = turn.request(
+                part.tool_name,
+                args,
+                call_id=part.tool_call_id,
+                tool_class=self.classes.get(part.tool_name, ToolClass.EXTENSION).value,
+                ask_permission=True,
+            )
+            handles.append(slot.handle)
+        # Each call's lifecycle opens its prompt once admitted (at once, unless every running
+        # slot of the session is taken): no event says so, hence the look at each turn of the loop.
+        spins = 0
+        while any(h.state in (Phase.QUEUED, Phase.ADMITTED) for h in handles):
+            await asyncio.sleep(0 if spins < 8 else 0.01)  # a few loop turns, then gently
+            spins += 1
+
+    def _answer(self, session: str, results: DeferredToolResults) -> DeferredToolResults:
+        """The user's answers, through the runtime: one a stop came before becomes a denial."""
+        approvals = dict(results.approvals)
+        for call_id, answer in results.approvals.items():
+            approved = answer is True or isinstance(answer, ToolApproved)
+            try:
+                said = self.runtime.answer_permission(session, call_id, approved)
+            except LookupError:
+                continue  # not a prompt of ours
+            if said is Answer.LATE:
+                approvals[call_id] = ToolDenied(STOPPED)
+                self.dispatch.slots.pop((session, call_id), None)
+        return dataclasses.replace(results, approvals=approvals)
+
+    def _unclaimed(self, session: str) -> None:
+        """Approved calls the framework never ran (the run failed first) end, said so."""
+        for (sess, _cid), slot in list(self.dispatch.slots.items()):
+            if (
+                sess == session
+                and not slot.handler.done()
+                and slot.handle is not None
+                and slot.handle.state is not Phase.AWAITING_PERMISSION
+            ):
+                slot.handler.set_exception(RuntimeError("the framework never ran this call"))

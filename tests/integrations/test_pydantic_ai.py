@@ -1,0 +1,421 @@
+"""pydantic-ai, native and wrapped, side by side: the same tools, the same stop, real processes.
+
+The model is pydantic-ai's own ``FunctionModel`` scripting the tool calls; the tools do real
+things (a TERM-ignoring process tree, a write in chunks, a read that blocks on a pipe). Native, a
+stop through the framework's ``CancellationToken`` leaves the process and the thread running and
+the write half done; wrapped, ``rt.abort()`` returns once each call is released under its
+policy, and every invariant holds (``check_invariants`` plus ``/proc``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults
+from pydantic_ai.capabilities import Instrumentation
+from pydantic_ai.exceptions import RunCancelled
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.instrumented import InstrumentationSettings
+
+from tests.conftest import GRACE, release_when_read, until
+from turnwatch import names
+from turnwatch.integrations.pydantic_ai import (
+    STOPPED,
+    StoppableAgent,
+    ToolClassError,
+    run_command,
+)
+from turnwatch.runtime import LocalHost, MemorySink, Receipt, Runtime
+from turnwatch.runtime.tools.proctree import CALL_MARKER
+from turnwatch.testing import check_invariants
+from turnwatch.tracing.spans import SpanBuilder
+
+TERM_IGNORING_TREE = "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60; wait"
+CHUNKS, CHUNK = 20, b"x" * 4096
+
+
+def calls(*parts: ToolCallPart) -> Callable[[list[ModelMessage], AgentInfo], ModelResponse]:
+    """A model that asks for ``parts`` once, then answers with what the tools returned."""
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=list(parts))
+        returned = [
+            p.content
+            for m in messages
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, ToolReturnPart)
+        ]
+        return ModelResponse(parts=[TextPart(repr(returned))])
+
+    return model
+
+
+def marked_alive() -> list[psutil.Process]:
+    """Processes a turnwatch call started that still run (their environment names the call)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if CALL_MARKER in p.environ() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+async def write_in_chunks(path: str) -> str:
+    """A large Write: twenty chunks, the loop free between them (where a cancel lands)."""
+    with open(path, "wb") as f:
+        for _ in range(CHUNKS):
+            f.write(CHUNK)
+            f.flush()
+            await asyncio.sleep(0.02)
+    return "written"
+
+
+@pytest.fixture
+def sink() -> MemorySink:
+    return MemorySink()
+
+
+@pytest.fixture
+async def rt(sink: MemorySink) -> Runtime:
+    return Runtime(LocalHost(), grace_s=GRACE, sink=sink)
+
+
+def no_violations(sink: MemorySink) -> None:
+    assert check_invariants(list(sink)) == []
+
+
+def outcomes(sink: MemorySink) -> dict[str, str]:
+    """Each call's release: its outcome (a discard is an event of its own)."""
+    return {
+        str(e.call): "discarded"
+        if e.kind == names.TOOL_RESULT_DISCARDED
+        else str(e.attrs.get("outcome"))
+        for e in sink
+        if e.kind in (names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED) and e.call is not None
+    }
+
+
+# --- a process tool: a TERM-ignoring tree ---
+
+
+async def test_native_a_stopped_process_tool_lives_on(tmp_path: Path) -> None:
+    pids: list[int] = []
+    agent = Agent(FunctionModel(calls(ToolCallPart("sh", {}, tool_call_id="p1"))))
+
+    @agent.tool_plain
+    def sh() -> str:
+        proc = subprocess.Popen(["bash", "-c", TERM_IGNORING_TREE])
+        pids.append(proc.pid)
+        proc.wait()
+        return "done"
+
+    token = CancellationToken()
+    asyncio.get_running_loop().call_later(0.3, token.cancel)
+    try:
+        with pytest.raises(RunCancelled):
+            await agent.run("go", cancellation_token=token)
+        # The run says it was cancelled; the tree and the tool's thread run on.
+        assert psutil.pid_exists(pids[0])
+        assert psutil.Process(pids[0]).status() != psutil.STATUS_ZOMBIE
+        assert any(t.name.startswith("AnyIO worker") for t in threading.enumerate())
+    finally:
+        for p in [psutil.Process(pids[0]), *psutil.Process(pids[0]).children(recursive=True)]:
+            p.kill()
+
+
+async def test_wrapped_a_stopped_process_tool_ends_within_its_grace(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    agent = Agent(FunctionModel(calls(ToolCallPart("sh", {}, tool_call_id="p1"))))
+
+    @agent.tool_plain(metadata={"turnwatch_class": "process"})
+    async def sh() -> str:
+        return (await run_command(["bash", "-c", TERM_IGNORING_TREE])).output
+
+    run = asyncio.ensure_future(StoppableAgent(agent, rt).run("go", session="s"))
+    started = await sink.wait_for(names.TOOL_STARTED)
+    await until(lambda: len(marked_alive()) >= 3, what="the tree to start")
+    assert await rt.abort("s") is Receipt.ACCEPTED
+    # abort() returned: nothing of the call outlived the grace window.
+    assert marked_alive() == []
+    assert not psutil.pid_exists(int(started.attrs["pid"])) or (
+        psutil.Process(int(started.attrs["pid"])).status() == psutil.STATUS_ZOMBIE
+    )
+    with pytest.raises(RunCancelled):
+        await run
+    assert outcomes(sink) == {"p1": "aborted"}
+    no_violations(sink)
+
+
+# --- a mutating tool: a large write ---
+
+
+async def test_native_a_stopped_write_is_left_half_done(tmp_path: Path) -> None:
+    target = tmp_path / "big"
+    agent = Agent(FunctionModel(calls(ToolCallPart("write", {"path": str(target)}, "w1"))))
+    agent.tool_plain(name="write")(write_in_chunks)
+    token = CancellationToken()
+    asyncio.get_running_loop().call_later(0.1, token.cancel)
+    with pytest.raises(RunCancelled):
+        await agent.run("go", cancellation_token=token)
+    assert 0 < target.stat().st_size < CHUNKS * len(CHUNK)
+
+
+async def test_wrapped_a_stopped_write_is_awaited_to_its_end(
+    rt: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    target = tmp_path / "big"
+    agent = Agent(FunctionModel(calls(ToolCallPart("write", {"path": str(target)}, "w1"))))
+    agent.tool_plain(name="write")(write_in_chunks)  # no metadata: mutating by default
+    run = asyncio.ensure_future(StoppableAgent(agent, rt).run("go", session="s"))
+    await sink.wait_for(names.TOOL_STARTED)
+    await asyncio.sleep(0.1)
+    assert await rt.abort("s") is Receipt.ACCEPTED
+    # Settled only once the write was whole.
+    assert target.stat().st_size == CHUNKS * len(CHUNK)
+    with pytest.raises(RunCancelled):
+        await run
+    kinds = [e.kind for e in sink]
+    assert kinds.index(names.TOOL_FINISHED) < kinds.index(names.TURN_SETTLED)
+    assert outcomes(sink) == {"w1": "completed_after_stop"}
+    no_violations(sink)
+
+
+# --- a read-only sync tool blocked on a pipe ---
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "hung.fifo"
+    os.mkfifo(path)
+    yield path
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    os.close(fd)
+
+
+async def test_wrapped_a_stopped_sync_read_is_discarded_and_cannot_hold_the_exit(
+    rt: Runtime, sink: MemorySink, fifo: Path
+) -> None:
+    agent = Agent(FunctionModel(calls(ToolCallPart("read", {"path": str(fifo)}, "r1"))))
+    workers: list[threading.Thread] = []
+
+    @agent.tool_plain(metadata={"turnwatch_class": "read_only"})
+    def read(path: str) -> str:
+        workers.append(threading.current_thread())
+        with open(path) as f:  # blocks until someone writes: a hung mount
+            return f.read()
+
+    run = asyncio.ensure_future(StoppableAgent(agent, rt).run("go", session="s"))
+    await until(lambda: workers, what="the read to start")
+    assert await rt.abort("s") is Receipt.ACCEPTED
+    with pytest.raises(RunCancelled):
+        await run
+    assert outcomes(sink) == {"r1": "discarded"}
+    # Still blocked, and abandoned: a daemon thread, which the interpreter does not wait for.
+    assert workers[0].is_alive()
+    assert workers[0].daemon
+    no_violations(sink)
+    await release_when_read(fifo)
+
+
+# --- approvals ---
+
+
+def approval_agent(target: Path) -> tuple[Agent[None, str | DeferredToolRequests], list[str]]:
+    seen: list[str] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("delete", {"path": str(target)}, "a1")])
+        for m in messages:
+            if isinstance(m, ModelRequest):
+                seen.extend(str(p.content) for p in m.parts if isinstance(p, ToolReturnPart))
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(model), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def delete(path: str) -> str:
+        os.unlink(path)
+        return "deleted"
+
+    return agent, seen
+
+
+async def test_an_approval_given_after_the_stop_is_refused(
+    rt: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    target = tmp_path / "keep-me"
+    target.write_text("precious")
+    agent, seen = approval_agent(target)
+    wrapped = StoppableAgent(agent, rt)
+    first = await wrapped.run("clean up", session="s")
+    assert isinstance(first.output, DeferredToolRequests)
+    assert rt.sessions["s"].processing  # the prompt keeps the turn live
+    await sink.wait_for(names.PERMISSION_REQUESTED)
+
+    assert await rt.abort("s") is Receipt.ACCEPTED
+    assert sink.kinds(call="a1")[-2:] == [names.PERMISSION_CANCELLED, names.TOOL_FINISHED]
+
+    # The user clicks Approve on the prompt that was still on screen.
+    second = await wrapped.run(
+        message_history=first.all_messages(),
+        session="s",
+        deferred_tool_results=DeferredToolResults(approvals={"a1": True}),
+    )
+    assert second.output == "ok"
+    assert seen == [STOPPED]  # the model was told, and the file was never touched
+    assert target.read_text() == "precious"
+    assert names.PERMISSION_LATE in sink.kinds(call="a1")
+    no_violations(sink)
+
+
+async def test_an_approval_before_any_stop_runs_the_tool(
+    rt: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    target = tmp_path / "remove-me"
+    target.write_text("old")
+    agent, seen = approval_agent(target)
+    wrapped = StoppableAgent(agent, rt)
+    first = await wrapped.run("clean up", session="s")
+    second = await wrapped.run(
+        message_history=first.all_messages(),
+        session="s",
+        deferred_tool_results=DeferredToolResults(approvals={"a1": True}),
+    )
+    assert (second.output, seen, target.exists()) == ("ok", ["deleted"], False)
+    assert sink.kinds(call="a1")[:3] == [
+        names.TOOL_REQUESTED,
+        names.PERMISSION_REQUESTED,
+        names.PERMISSION_GRANTED,
+    ]
+    assert outcomes(sink) == {"a1": "completed"}
+    assert not rt.sessions["s"].processing
+    no_violations(sink)
+
+
+# --- receipts, late calls, bad input ---
+
+
+async def test_receipts_repeated_and_late_stops(rt: Runtime, sink: MemorySink) -> None:
+    agent = Agent(FunctionModel(calls(ToolCallPart("wait", {}, "x1"))))
+
+    @agent.tool_plain(metadata={"turnwatch_class": "read_only"})
+    async def wait() -> str:
+        await asyncio.sleep(30)
+        return "never"
+
+    run = asyncio.ensure_future(StoppableAgent(agent, rt).run("go", session="s"))
+    await sink.wait_for(names.TOOL_STARTED)
+    receipts = await asyncio.gather(*(rt.abort("s") for _ in range(6)))  # six clicks
+    assert sorted(receipts) == sorted([Receipt.ACCEPTED] + [Receipt.JOINED] * 5)
+    with pytest.raises(RunCancelled):
+        await run
+    assert await rt.abort("s") is Receipt.ALREADY_SETTLED  # a seventh click, after it all
+    no_violations(sink)
+
+
+async def test_a_completed_run_settles_its_turn(rt: Runtime, sink: MemorySink) -> None:
+    agent = Agent(FunctionModel(calls(ToolCallPart("add", {"a": 1, "b": 2}, "k1"))))
+
+    @agent.tool_plain(metadata={"turnwatch_class": "read_only"})
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    result = await StoppableAgent(agent, rt).run("go", session="s")
+    assert result.output == "[3]"  # the framework got the tool's own value back
+    assert sink.of(names.TURN_SETTLED)[0].attrs["outcome"] == "completed"
+    no_violations(sink)
+
+
+async def test_an_unknown_class_is_said_at_construction(rt: Runtime) -> None:
+    agent = Agent(FunctionModel(calls()))
+
+    @agent.tool_plain(metadata={"turnwatch_class": "read-only"})
+    def look() -> str:
+        return ""
+
+    with pytest.raises(ToolClassError, match=r"'look'.*'read-only'.*read_only, process"):
+        StoppableAgent(agent, rt)
+
+
+async def test_a_sync_process_tool_is_refused_at_construction(rt: Runtime) -> None:
+    agent = Agent(FunctionModel(calls()))
+
+    @agent.tool_plain(metadata={"turnwatch_class": "process"})
+    def sh() -> str:
+        return ""
+
+    with pytest.raises(ToolClassError, match=r"must be async.*run_command"):
+        StoppableAgent(agent, rt)
+
+
+async def test_a_tool_name_the_host_already_has_is_refused(rt: Runtime) -> None:
+    agent = Agent(FunctionModel(calls()))
+
+    @agent.tool_plain(name="Bash")
+    def bash() -> str:
+        return ""
+
+    with pytest.raises(ToolClassError, match="'Bash' is already a tool of this host"):
+        StoppableAgent(agent, rt)
+
+
+# --- one trace ---
+
+
+async def test_the_stop_joins_the_runs_trace(tmp_path: Path) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sink = MemorySink()
+    spans = SpanBuilder(provider.get_tracer("turnwatch"))
+    rt = Runtime(LocalHost(), grace_s=GRACE, sink=lambda ev: sink(spans(ev)))
+    model = FunctionModel(calls(ToolCallPart("wait", {}, "t1")))
+    settings = InstrumentationSettings(tracer_provider=provider)
+    agent = Agent(model, capabilities=[Instrumentation(settings=settings)])
+
+    @agent.tool_plain(metadata={"turnwatch_class": "read_only"})
+    async def wait() -> str:
+        await asyncio.sleep(30)
+        return "never"
+
+    run = asyncio.ensure_future(StoppableAgent(agent, rt).run("go", session="s"))
+    await sink.wait_for(names.TOOL_STARTED)
+    await rt.abort("s")
+    with pytest.raises(RunCancelled):
+        await run
+    by_name: dict[str, Any] = {sp.name: sp for sp in exporter.get_finished_spans()}
+    run_span = next(sp for n, sp in by_name.items() if n.startswith("invoke_agent"))
+    stop = by_name[names.SPAN_STOP]
+    assert stop.context.trace_id == run_span.context.trace_id
+    assert stop.parent is not None
+    assert stop.parent.span_id == run_span.context.span_id
