@@ -9,7 +9,16 @@ import os
 import platform
 from pathlib import Path
 
-from benchmarks import containment, instructions, modes, startup, stops, tracing, watchdog
+from benchmarks import (
+    containment,
+    instructions,
+    modes,
+    pydantic_ai,
+    startup,
+    stops,
+    tracing,
+    watchdog,
+)
 
 
 def main() -> None:
@@ -24,6 +33,7 @@ def main() -> None:
         tracing.main,
         watchdog.main,
         startup.main,
+        pydantic_ai.main,
         instructions.main,
     ):
         # Each section starts with no garbage of the one before: a full collection of another
