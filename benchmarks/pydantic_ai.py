@@ -63,7 +63,7 @@ async def per_call() -> tuple[float, float]:
     return median(native_s[2:]), median(wrapped_s[2:])  # the first rounds warm caches
 
 
-async def _stop_native(agent: Agent[None, str]) -> float:
+async def _stop_native(agent: Agent[Any, str]) -> float:
     token = CancellationToken()
     task = asyncio.ensure_future(agent.run("go", cancellation_token=token))
     await asyncio.sleep(0.05)
@@ -74,7 +74,7 @@ async def _stop_native(agent: Agent[None, str]) -> float:
     return time.perf_counter() - t0
 
 
-async def _stop_wrapped(wrapped: StoppableAgent[None, str], rt: Runtime, session: str) -> float:
+async def _stop_wrapped(wrapped: StoppableAgent[Any, str], rt: Runtime, session: str) -> float:
     task = asyncio.ensure_future(wrapped.run("go", session=session))
     await asyncio.sleep(0.05)
     t0 = time.perf_counter()
