@@ -104,37 +104,32 @@ class Dispatcher:
         req = ctx.request
         slot = self.slot(req.session, req.call_id)
         slot.ctx = ctx
-        # An approved call starts before the resumed run reaches it: wait for its handler, or
-        # for the stop (then it never ran, and says so).
-        stop = asyncio.ensure_future(ctx.abort_arrived.wait())
-        try:
-            await asyncio.wait((slot.handler, stop), return_when=asyncio.FIRST_COMPLETED)
-            if not slot.handler.done():
+        if not slot.handler.done():
+            # An approved call starts before the resumed run reaches it: wait for its handler,
+            # or for the stop (then it never ran, and says so).
+            ctx.on_cancel.append(slot.handler.cancel)
+            if not await _finished(slot.handler):
                 return HostResult(HostStatus.ABORTED, error="stopped before the framework ran it")
-            if slot.handler.exception() is not None:
-                return HostResult(HostStatus.ERROR, error=str(slot.handler.exception()))
-            handler, args, context = slot.handler.result()
-            if req.tool_class is not ToolClass.PROCESS:  # a process tool's command says it
-                ctx.notify(Started())
-            # The handler runs in the framework's context (its executor, its execute_tool span),
-            # not in whatever context started the call (an approved call starts in another run).
-            context.run(_CURRENT.set, slot)
-            task = asyncio.get_running_loop().create_task(handler(args), context=context)
-            if req.tool_class is ToolClass.READ_ONLY:
-                # Raced: the stop discards it (the walk released the call already).
-                await asyncio.wait((task, stop), return_when=asyncio.FIRST_COMPLETED)
-                if not task.done():
-                    task.cancel()
-                    return HostResult(HostStatus.ABORTED, error="discarded at the stop")
-            return await self._answer(slot, task)
-        finally:
-            stop.cancel()
-
-    async def _answer(self, slot: Slot, task: asyncio.Future[Any]) -> HostResult:
+        if slot.handler.exception() is not None:
+            return HostResult(HostStatus.ERROR, error=str(slot.handler.exception()))
+        if ctx.cancelled.is_set() and req.tool_class is ToolClass.READ_ONLY:
+            return HostResult(HostStatus.ABORTED, error="discarded at the stop")
+        handler, args, context = slot.handler.result()
+        if req.tool_class is not ToolClass.PROCESS:  # a process tool's command says it
+            ctx.notify(Started())
+        # The handler runs in the framework's context (its executor, its execute_tool span),
+        # not in whatever context started the call (an approved call starts in another run).
+        context.run(_CURRENT.set, slot)
+        task = asyncio.get_running_loop().create_task(handler(args), context=context)
+        if req.tool_class is ToolClass.READ_ONLY:
+            # Raced: the stop discards it (the walk released the call already) and cancels it.
+            ctx.on_cancel.append(task.cancel)
+            if not await _finished(task):
+                return HostResult(HostStatus.ABORTED, error="discarded at the stop")
         # Process, mutating and extension calls: awaited. A process tool's command ends at the
         # stop within the grace window (run_command); the others run to their end.
         try:
-            slot.value = await asyncio.shield(task)
+            slot.value = await task
         except CommandAbortedError:
             assert slot.aborted is not None
             return slot.aborted
@@ -142,6 +137,16 @@ class Dispatcher:
             slot.error = exc
             return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
         return HostResult(HostStatus.OK, str(slot.value)[:_TEXT_CAP])
+
+
+async def _finished(future: asyncio.Future[Any]) -> bool:
+    """Wait for ``future``: False if the stop cancelled it (our own cancellation propagates)."""
+    try:
+        await asyncio.wait((future,))
+    except asyncio.CancelledError:
+        future.cancel()
+        raise
+    return not future.cancelled()
 
 
 _DISPATCHERS: weakref.WeakKeyDictionary[LocalHost, Dispatcher] = weakref.WeakKeyDictionary()

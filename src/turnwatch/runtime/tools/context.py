@@ -43,6 +43,9 @@ class ToolContext:
     containers: Containers | None = None
     # The clock the grace window is measured on (the runtime's, in tests a manual one).
     clock: Clock = REAL
+    # Called once, on the loop, when the first tools.abort arrives: what a tool cancels then
+    # (an integration's framework handler), without a task per call waiting for the event.
+    on_cancel: list[Callable[[], object]] = field(default_factory=list)
 
     @property
     def args(self) -> Mapping[str, Any]:
@@ -50,10 +53,14 @@ class ToolContext:
 
     def cancel(self, request: AbortRequest) -> None:
         """Deliver tools.abort (on the loop)."""
-        if self.abort is None:
+        first = self.abort is None
+        if first:
             self.abort = request
         self.cancelled.set()
         self.abort_arrived.set()
+        if first:
+            for callback in self.on_cancel:
+                callback()
 
     def notify_threadsafe(self, message: HostMessage, *, after_cancel: bool = False) -> None:
         """Report from a worker thread.
