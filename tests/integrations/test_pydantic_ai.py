@@ -22,7 +22,6 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.messages import (
@@ -36,6 +35,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
+from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults
 from tests.conftest import GRACE, release_when_read, until
 from turnwatch import names
 from turnwatch.integrations.pydantic_ai import (
@@ -44,10 +44,14 @@ from turnwatch.integrations.pydantic_ai import (
     ToolClassError,
     run_command,
 )
-from turnwatch.runtime import LocalHost, MemorySink, Receipt, Runtime
+from turnwatch.runtime import FanOut, LocalHost, MemorySink, Receipt, Runtime
+from turnwatch.runtime.model import RecoveryResult
 from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.testing import check_invariants
+from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.spans import SpanBuilder
+from turnwatch.watchdog.loop import Watchdog
+from turnwatch.watchdog.scan import Config
 
 TERM_IGNORING_TREE = "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60; wait"
 CHUNKS, CHUNK = 20, b"x" * 4096
@@ -419,3 +423,45 @@ async def test_the_stop_joins_the_runs_trace(tmp_path: Path) -> None:
     assert stop.context.trace_id == run_span.context.trace_id
     assert stop.parent is not None
     assert stop.parent.span_id == run_span.context.span_id
+
+
+# --- the watchdog sees wrapped sessions as any other ---
+
+
+async def test_the_watchdog_reports_an_awaited_call_long_after_the_stop_and_never_abandons_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    seen = MemorySink()
+    rt = Runtime(LocalHost(), grace_s=0.2, sink=FanOut(ledger, seen))
+    release = asyncio.Event()
+    agent = Agent(FunctionModel(calls(ToolCallPart("migrate", {}, "m1"))))
+
+    @agent.tool_plain(metadata={"turnwatch_class": "mutating"})
+    async def migrate() -> str:
+        await release.wait()  # a migration that takes its time, stop or not
+        return "migrated"
+
+    run = asyncio.ensure_future(StoppableAgent(agent, rt).run("go", session="s"))
+    await seen.wait_for(names.TOOL_STARTED)
+    stop = asyncio.ensure_future(rt.abort("s"))
+    await asyncio.sleep(0.5)  # past grace + slack: overdue
+    ledger.flush()
+    cfg = Config(grace_s=0.2, slack_s=0.1)
+    dog = Watchdog(path, FanOut(ledger, seen), ledger.flush, cfg=cfg, runtime=rt)
+    cycle = await dog.cycle()
+    overdue = [a for a in cycle.actions if a.finding.kind == names.F_AWAIT_OVERDUE]
+    assert [a.finding.call for a in overdue] == ["m1"]
+    assert overdue[0].result is RecoveryResult.REPORT_ONLY
+    assert not stop.done()  # reported, never abandoned: the stop still waits for the call
+
+    release.set()
+    assert await stop is Receipt.ACCEPTED
+    with pytest.raises(RunCancelled):
+        await run
+    assert outcomes(seen) == {"m1": "completed_after_stop"}
+    ledger.flush()
+    assert [f.kind for f in (await dog.cycle()).findings] == []
+    ledger.close()
+    no_violations(seen)
