@@ -12,8 +12,8 @@ from pathlib import Path
 from benchmarks import (
     containment,
     instructions,
+    integrations,
     modes,
-    pydantic_ai,
     startup,
     stops,
     tracing,
@@ -33,7 +33,7 @@ def main() -> None:
         tracing.main,
         watchdog.main,
         startup.main,
-        pydantic_ai.main,
+        integrations.main,
         instructions.main,
     ):
         # Each section starts with no garbage of the one before: a full collection of another

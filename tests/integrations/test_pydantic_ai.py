@@ -22,6 +22,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.messages import (
@@ -35,7 +36,6 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
-from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults
 from tests.conftest import GRACE, release_when_read, until
 from turnwatch import names
 from turnwatch.integrations.pydantic_ai import (

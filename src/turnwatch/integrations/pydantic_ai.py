@@ -36,13 +36,6 @@ from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 from opentelemetry import trace
-from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.exceptions import RunCancelled
-from pydantic_ai.messages import ToolCallPart
-from pydantic_ai.run import AgentRunResult
-from pydantic_ai.tools import RunContext, ToolDefinition
-from pydantic_ai.toolsets import FunctionToolset
-
 from pydantic_ai import (
     Agent,
     CancellationToken,
@@ -51,6 +44,13 @@ from pydantic_ai import (
     ToolApproved,
     ToolDenied,
 )
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import RunCancelled
+from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import RunContext, ToolDefinition
+from pydantic_ai.toolsets import FunctionToolset
+
 from turnwatch.integrations.calls import (
     CLASS_KEY,
     DAEMONS,

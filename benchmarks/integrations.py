@@ -17,12 +17,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pydantic_ai import Agent, CancellationToken
 from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from benchmarks.common import fmt_s, median, table
-from pydantic_ai import Agent, CancellationToken
 from turnwatch.integrations.pydantic_ai import StoppableAgent, run_command
 from turnwatch.runtime import LocalHost, Runtime
 
