@@ -221,3 +221,29 @@ async def test_bad_input_names_what_is_valid(runtime: Runtime) -> None:
         await runtime.abort("alpha", turn="nope")
     with pytest.raises(ValueError, match="ui, keyboard, api, cli, watchdog"):
         await runtime.abort("alpha", source="mouse")
+
+
+async def test_a_failing_stop_callback_does_not_stop_the_stop(
+    runtime: Runtime, sink: MemorySink, fifo: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A framework's cancel hook that raises is logged; the walk and settlement go on."""
+    turn = runtime.start_turn("s")
+    called: list[str] = []
+    turn.on_stop.append(lambda: 1 / 0)
+    turn.on_stop.append(lambda: called.append("second"))
+    read = turn.request("Read", {"path": str(fifo)})
+    assert await runtime.abort("s") is Receipt.ACCEPTED
+    assert called == ["second"]
+    assert (await read.result()).outcome is Outcome.DISCARDED
+    assert "a stop callback of turn" in caplog.text
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_call_can_ask_for_permission_whatever_the_runtime_says(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    turn = runtime.start_turn("s")
+    write = turn.request("Write", {"path": "/nonexistent/x", "content": ""}, ask_permission=True)
+    await sink.wait_for(names.PERMISSION_REQUESTED, call=write.call_id)
+    assert runtime.answer_permission("s", write.call_id, False) is Answer.DENIED
+    assert (await write.result()).outcome is Outcome.DENIED

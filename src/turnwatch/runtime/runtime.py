@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -30,6 +31,8 @@ from turnwatch.runtime.registry import AbortRegistry
 from turnwatch.runtime.session import AskPermission, Session, SessionEnv, Turn, closest
 
 DEFAULT_MAX_RUNNING = 8
+
+_log = logging.getLogger(__name__)
 
 
 class Runtime:
@@ -261,7 +264,10 @@ class Runtime:
             self._stop(live, src), name=f"stop {live.id}"
         )
         for callback in live.on_stop:
-            callback()
+            try:
+                callback()
+            except Exception:  # the walk is under way: a framework's failing cancel cannot stop it
+                _log.exception("a stop callback of turn %s failed", live.id)
         await asyncio.shield(live.stop_task)
         sess.returned(live, Receipt.ACCEPTED)
         return Receipt.ACCEPTED
