@@ -98,13 +98,9 @@ async def write_in_chunks(path: str) -> str:
 
 
 @pytest.fixture
-def sink() -> MemorySink:
-    return MemorySink()
-
-
-@pytest.fixture
-async def rt(sink: MemorySink) -> Runtime:
-    return Runtime(LocalHost(), grace_s=GRACE, sink=sink)
+def rt(runtime: Runtime) -> Runtime:
+    """The shared runtime (grace window GRACE, recording into ``sink``)."""
+    return runtime
 
 
 def no_violations(sink: MemorySink) -> None:
@@ -274,6 +270,15 @@ def approval_agent(target: Path) -> tuple[Agent[None, str | DeferredToolRequests
     return agent, seen
 
 
+async def approve(wrapped: StoppableAgent[Any, Any], first: Any) -> Any:
+    """The user clicks Approve on the run's one prompt: the next run, with the answer."""
+    return await wrapped.run(
+        message_history=first.all_messages(),
+        session="s",
+        deferred_tool_results=DeferredToolResults(approvals={"a1": True}),
+    )
+
+
 async def test_an_approval_given_after_the_stop_is_refused(
     rt: Runtime, sink: MemorySink, tmp_path: Path
 ) -> None:
@@ -289,12 +294,7 @@ async def test_an_approval_given_after_the_stop_is_refused(
     assert await rt.abort("s") is Receipt.ACCEPTED
     assert sink.kinds(call="a1")[-2:] == [names.PERMISSION_CANCELLED, names.TOOL_FINISHED]
 
-    # The user clicks Approve on the prompt that was still on screen.
-    second = await wrapped.run(
-        message_history=first.all_messages(),
-        session="s",
-        deferred_tool_results=DeferredToolResults(approvals={"a1": True}),
-    )
+    second = await approve(wrapped, first)  # on the prompt that was still on screen
     assert second.output == "ok"
     assert seen == [STOPPED]  # the model was told, and the file was never touched
     assert target.read_text() == "precious"
@@ -309,12 +309,7 @@ async def test_an_approval_before_any_stop_runs_the_tool(
     target.write_text("old")
     agent, seen = approval_agent(target)
     wrapped = StoppableAgent(agent, rt)
-    first = await wrapped.run("clean up", session="s")
-    second = await wrapped.run(
-        message_history=first.all_messages(),
-        session="s",
-        deferred_tool_results=DeferredToolResults(approvals={"a1": True}),
-    )
+    second = await approve(wrapped, await wrapped.run("clean up", session="s"))
     assert (second.output, seen, target.exists()) == ("ok", ["deleted"], False)
     assert sink.kinds(call="a1")[:3] == [
         names.TOOL_REQUESTED,
@@ -360,36 +355,26 @@ async def test_a_completed_run_settles_its_turn(rt: Runtime, sink: MemorySink) -
     no_violations(sink)
 
 
-async def test_an_unknown_class_is_said_at_construction(rt: Runtime) -> None:
+def _sync_tool() -> str:
+    return ""
+
+
+@pytest.mark.parametrize(
+    ("name", "metadata", "said"),
+    [
+        ("look", {"turnwatch_class": "read-only"}, r"'look'.*'read-only'.*read_only, process"),
+        ("sh", {"turnwatch_class": "process"}, r"'sh': a process tool must be async.*run_command"),
+        ("Bash", None, r"'Bash' is already a tool of this host"),
+    ],
+)
+async def test_what_cannot_be_honoured_is_said_at_construction(
+    rt: Runtime, name: str, metadata: dict[str, str] | None, said: str
+) -> None:
+    """An unknown class, a sync process tool, a name the host's own tool has: at construction,
+    naming the tool, not at the first stop."""
     agent = Agent(FunctionModel(calls()))
-
-    @agent.tool_plain(metadata={"turnwatch_class": "read-only"})
-    def look() -> str:
-        return ""
-
-    with pytest.raises(ToolClassError, match=r"'look'.*'read-only'.*read_only, process"):
-        StoppableAgent(agent, rt)
-
-
-async def test_a_sync_process_tool_is_refused_at_construction(rt: Runtime) -> None:
-    agent = Agent(FunctionModel(calls()))
-
-    @agent.tool_plain(metadata={"turnwatch_class": "process"})
-    def sh() -> str:
-        return ""
-
-    with pytest.raises(ToolClassError, match=r"must be async.*run_command"):
-        StoppableAgent(agent, rt)
-
-
-async def test_a_tool_name_the_host_already_has_is_refused(rt: Runtime) -> None:
-    agent = Agent(FunctionModel(calls()))
-
-    @agent.tool_plain(name="Bash")
-    def bash() -> str:
-        return ""
-
-    with pytest.raises(ToolClassError, match="'Bash' is already a tool of this host"):
+    agent.tool_plain(name=name, metadata=metadata)(_sync_tool)
+    with pytest.raises(ToolClassError, match=said):
         StoppableAgent(agent, rt)
 
 
