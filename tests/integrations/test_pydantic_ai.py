@@ -450,3 +450,23 @@ async def test_the_watchdog_reports_an_awaited_call_long_after_the_stop_and_neve
     assert [f.kind for f in (await dog.cycle()).findings] == []
     ledger.close()
     no_violations(seen)
+
+
+async def test_a_denial_before_any_stop_is_the_frameworks_denial(
+    rt: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    target = tmp_path / "keep-me"
+    target.write_text("precious")
+    agent, seen = approval_agent(target)
+    wrapped = StoppableAgent(agent, rt)
+    first = await wrapped.run("clean up", session="s")
+    second = await wrapped.run(
+        message_history=first.all_messages(),
+        session="s",
+        deferred_tool_results=DeferredToolResults(approvals={"a1": False}),
+    )
+    assert (second.output, target.read_text()) == ("ok", "precious")
+    assert seen == ["The tool call was denied."]
+    assert names.PERMISSION_DENIED in sink.kinds(call="a1")
+    assert wrapped.dispatch.slots == {}  # nothing held for a call that will never run
+    no_violations(sink)

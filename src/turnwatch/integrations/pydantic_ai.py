@@ -256,12 +256,13 @@ class StoppableAgent(Generic[Deps, Out]):
                 continue  # not a prompt of ours
             if said is Answer.LATE:
                 approvals[call_id] = ToolDenied(STOPPED)
+            if said is not Answer.GRANTED:  # the framework will not run it: nothing to hand over
                 self.dispatch.slots.pop((session, call_id), None)
         return dataclasses.replace(results, approvals=approvals)
 
     def _unclaimed(self, session: str) -> None:
         """Approved calls the framework never ran (the run failed first) end, said so."""
-        for (sess, _cid), slot in list(self.dispatch.slots.items()):
+        for (sess, cid), slot in list(self.dispatch.slots.items()):
             if (
                 sess == session
                 and not slot.handler.done()
@@ -269,3 +270,4 @@ class StoppableAgent(Generic[Deps, Out]):
                 and slot.handle.state is not Phase.AWAITING_PERMISSION
             ):
                 slot.handler.set_exception(RuntimeError("the framework never ran this call"))
+                del self.dispatch.slots[(sess, cid)]
