@@ -408,6 +408,16 @@ async def test_the_stop_joins_the_runs_trace(tmp_path: Path) -> None:
     assert stop.context.trace_id == run_span.context.trace_id
     assert stop.parent is not None
     assert stop.parent.span_id == run_span.context.span_id
+    # turnwatch's own execute_tool span for the call is in the run's trace too, not a root.
+    ours = [
+        sp
+        for sp in exporter.get_finished_spans()
+        if sp.name == "execute_tool wait"
+        and sp.instrumentation_scope is not None
+        and sp.instrumentation_scope.name == "turnwatch"
+    ]
+    assert len(ours) == 1
+    assert ours[0].context.trace_id == run_span.context.trace_id
 
 
 # --- the watchdog sees wrapped sessions as any other ---

@@ -147,6 +147,8 @@ class Call:
                 attrs[names.K_CGROUP] = message.cgroup
             if message.holes:
                 attrs[names.K_HOLES] = list(message.holes)
+            if self.turn.traceparent:  # an agent framework's run: its execute_tool joins it
+                attrs[names.K_TRACEPARENT] = self.turn.traceparent
             self.emit(names.TOOL_STARTED, **attrs)
             return
         if self.abandoned or self.phase.terminal:

@@ -231,8 +231,10 @@ class SpanBuilder:
 
     def _start_exec(self, ev: Event, call: CallState) -> _Exec:
         cls = call.tool_class or ToolClass.EXTENSION.value
+        tp = ev.attrs.get(names.K_TRACEPARENT)  # the run it belongs to, if a framework said
         span = self.tracer.start_span(
             f"{names.SPAN_EXECUTE_TOOL_PREFIX} {ev.tool}",
+            context=_PROPAGATOR.extract({"traceparent": tp}) if isinstance(tp, str) else None,
             start_time=_ns(ev),
             kind=SpanKind.INTERNAL,
             attributes={
