@@ -87,6 +87,12 @@ def marked_alive() -> list[psutil.Process]:
     return out
 
 
+async def wait_forever() -> str:
+    """A read-only call that never answers (a hung mount, asynchronously)."""
+    await asyncio.sleep(3600)
+    return "never"
+
+
 async def write_in_chunks(path: str) -> str:
     """A large Write: twenty chunks, the loop free between them (where a cancel lands)."""
     with open(path, "wb") as f:
@@ -270,12 +276,12 @@ def approval_agent(target: Path) -> tuple[Agent[None, str | DeferredToolRequests
     return agent, seen
 
 
-async def approve(wrapped: StoppableAgent[Any, Any], first: Any) -> Any:
-    """The user clicks Approve on the run's one prompt: the next run, with the answer."""
+async def approve(wrapped: StoppableAgent[Any, Any], first: Any, approved: bool = True) -> Any:
+    """The user clicks Approve (or Deny) on the run's one prompt: the next run, with the answer."""
     return await wrapped.run(
         message_history=first.all_messages(),
         session="s",
-        deferred_tool_results=DeferredToolResults(approvals={"a1": True}),
+        deferred_tool_results=DeferredToolResults(approvals={"a1": approved}),
     )
 
 
@@ -302,22 +308,32 @@ async def test_an_approval_given_after_the_stop_is_refused(
     no_violations(sink)
 
 
-async def test_an_approval_before_any_stop_runs_the_tool(
-    rt: Runtime, sink: MemorySink, tmp_path: Path
+@pytest.mark.parametrize(
+    ("approved", "told", "kept", "answer"),
+    [
+        (True, "deleted", False, names.PERMISSION_GRANTED),
+        (False, "The tool call was denied.", True, names.PERMISSION_DENIED),
+    ],
+)
+async def test_an_answer_before_any_stop_is_the_frameworks(
+    rt: Runtime,
+    sink: MemorySink,
+    tmp_path: Path,
+    approved: bool,
+    told: str,
+    kept: bool,
+    answer: str,
 ) -> None:
-    target = tmp_path / "remove-me"
+    target = tmp_path / "old-file"
     target.write_text("old")
     agent, seen = approval_agent(target)
     wrapped = StoppableAgent(agent, rt)
-    second = await approve(wrapped, await wrapped.run("clean up", session="s"))
-    assert (second.output, seen, target.exists()) == ("ok", ["deleted"], False)
-    assert sink.kinds(call="a1")[:3] == [
-        names.TOOL_REQUESTED,
-        names.PERMISSION_REQUESTED,
-        names.PERMISSION_GRANTED,
-    ]
-    assert outcomes(sink) == {"a1": "completed"}
+    second = await approve(wrapped, await wrapped.run("clean up", session="s"), approved)
+    assert (second.output, seen, target.exists()) == ("ok", [told], kept)
+    assert sink.kinds(call="a1")[:3] == [names.TOOL_REQUESTED, names.PERMISSION_REQUESTED, answer]
+    assert outcomes(sink) == {"a1": "completed" if approved else "denied"}
     assert not rt.sessions["s"].processing
+    assert wrapped.dispatch.slots == {}  # nothing held for a call that ran or never will
     no_violations(sink)
 
 
@@ -327,11 +343,7 @@ async def test_an_approval_before_any_stop_runs_the_tool(
 async def test_receipts_repeated_and_late_stops(rt: Runtime, sink: MemorySink) -> None:
     agent = Agent(FunctionModel(calls(ToolCallPart("wait", {}, "x1"))))
 
-    @agent.tool_plain(metadata={"turnwatch_class": "read_only"})
-    async def wait() -> str:
-        await asyncio.sleep(30)
-        return "never"
-
+    agent.tool_plain(name="wait", metadata={"turnwatch_class": "read_only"})(wait_forever)
     run = asyncio.ensure_future(StoppableAgent(agent, rt).run("go", session="s"))
     await sink.wait_for(names.TOOL_STARTED)
     receipts = await asyncio.gather(*(rt.abort("s") for _ in range(6)))  # six clicks
@@ -392,11 +404,7 @@ async def test_the_stop_joins_the_runs_trace(tmp_path: Path) -> None:
     settings = InstrumentationSettings(tracer_provider=provider)
     agent = Agent(model, capabilities=[Instrumentation(settings=settings)])
 
-    @agent.tool_plain(metadata={"turnwatch_class": "read_only"})
-    async def wait() -> str:
-        await asyncio.sleep(30)
-        return "never"
-
+    agent.tool_plain(name="wait", metadata={"turnwatch_class": "read_only"})(wait_forever)
     run = asyncio.ensure_future(StoppableAgent(agent, rt).run("go", session="s"))
     await sink.wait_for(names.TOOL_STARTED)
     await rt.abort("s")
@@ -460,23 +468,3 @@ async def test_the_watchdog_reports_an_awaited_call_long_after_the_stop_and_neve
     assert [f.kind for f in (await dog.cycle()).findings] == []
     ledger.close()
     no_violations(seen)
-
-
-async def test_a_denial_before_any_stop_is_the_frameworks_denial(
-    rt: Runtime, sink: MemorySink, tmp_path: Path
-) -> None:
-    target = tmp_path / "keep-me"
-    target.write_text("precious")
-    agent, seen = approval_agent(target)
-    wrapped = StoppableAgent(agent, rt)
-    first = await wrapped.run("clean up", session="s")
-    second = await wrapped.run(
-        message_history=first.all_messages(),
-        session="s",
-        deferred_tool_results=DeferredToolResults(approvals={"a1": False}),
-    )
-    assert (second.output, target.read_text()) == ("ok", "precious")
-    assert seen == ["The tool call was denied."]
-    assert names.PERMISSION_DENIED in sink.kinds(call="a1")
-    assert wrapped.dispatch.slots == {}  # nothing held for a call that will never run
-    no_violations(sink)
