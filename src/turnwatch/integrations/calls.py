@@ -112,8 +112,8 @@ class Dispatcher:
                 return HostResult(HostStatus.ABORTED, error="stopped before the framework ran it")
         if slot.handler.exception() is not None:
             return HostResult(HostStatus.ERROR, error=str(slot.handler.exception()))
-        if ctx.cancelled.is_set() and req.tool_class is ToolClass.READ_ONLY:
-            return HostResult(HostStatus.ABORTED, error="discarded at the stop")
+        if ctx.cancelled.is_set():  # stopped before its side effect began: it never starts
+            return HostResult(HostStatus.ABORTED, error="stopped before it started")
         handler, args, context = slot.handler.result()
         if req.tool_class is not ToolClass.PROCESS:  # a process tool's command says it
             ctx.notify(Started())
