@@ -216,34 +216,25 @@ class StoppableAgent(Generic[Deps, Out]):
             turn.on_stop.remove(token.cancel)
         output = result.output
         if isinstance(output, DeferredToolRequests) and output.approvals:
-            await self._ask(turn, output.approvals)
+            self._ask(turn, output.approvals)
             self._awaiting[session] = turn
             return result
         self._unclaimed(session)
         await turn.finish()
         return result
 
-    async def _ask(self, turn: Turn, parts: Sequence[ToolCallPart]) -> None:
+    def _ask(self, turn: Turn, parts: Sequence[ToolCallPart]) -> None:
         """Each approval the run asks for, a permission prompt on the turn, open on return (so an
         answer given at once finds it)."""
-        handles = []
         for part in parts:
             slot = self.dispatch.slot(turn.session.id, part.tool_call_id)
-            args = part.args_as_dict()
             slot.handle = turn.request(
                 part.tool_name,
-                args,
+                part.args_as_dict(),
                 call_id=part.tool_call_id,
                 tool_class=self.classes.get(part.tool_name, ToolClass.EXTENSION).value,
                 ask_permission=True,
             )
-            handles.append(slot.handle)
-        # Each call's lifecycle opens its prompt once admitted (at once, unless every running
-        # slot of the session is taken): no event says so, hence the look at each turn of the loop.
-        spins = 0
-        while any(h.state in (Phase.QUEUED, Phase.ADMITTED) for h in handles):
-            await asyncio.sleep(0 if spins < 8 else 0.01)  # a few loop turns, then gently
-            spins += 1
 
     def _answer(self, session: str, results: DeferredToolResults) -> DeferredToolResults:
         """The user's answers, through the runtime: one a stop came before becomes a denial."""

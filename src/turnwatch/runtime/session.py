@@ -119,8 +119,9 @@ class Turn:
     ) -> CallHandle:
         """Ask for a tool call; returns at once with a handle whose ``result()`` you await.
 
-        ``ask_permission`` overrides the runtime's ``ask_permission`` for this call: an agent
-        framework that asks for its own approvals says so per call.
+        ``ask_permission`` overrides the runtime's ``ask_permission`` for this call. True opens
+        the call's prompt at once: an agent framework that asks for its own approvals has it on
+        screen already, and its answer may come before the call is admitted.
         """
         sess, env = self.session, self.session.env
         cid = call_id or self.next_call_id()
@@ -148,6 +149,8 @@ class Turn:
             )
             call.finish(Outcome.REFUSED, error_code=names.TOOL_ABORTED)
         else:
+            if ask_permission:
+                self._open_prompt(call)
             asyncio.get_running_loop().create_task(self._lifecycle(call), name=f"call {cid}")
         return CallHandle(call)
 
@@ -158,10 +161,8 @@ class Turn:
             if not call.holds_slot:
                 return
             if self._asks(call):
-                call.phase = Phase.AWAITING_PERMISSION
-                call.prompt = Prompt()
-                call.emit(names.PERMISSION_REQUESTED)
-                approved = await call.prompt.wait(self._prestart_stop(call))
+                prompt = call.prompt or self._open_prompt(call)
+                approved = await prompt.wait(self._prestart_stop(call))
                 if approved is None:
                     return
                 if not approved:
@@ -195,6 +196,12 @@ class Turn:
         except Exception as exc:  # a host bug must not leave the turn open forever
             call.finish(Outcome.FAILED, error=repr(exc))
             raise
+
+    def _open_prompt(self, call: Call) -> Prompt:
+        call.phase = Phase.AWAITING_PERMISSION
+        call.prompt = Prompt()
+        call.emit(names.PERMISSION_REQUESTED)
+        return call.prompt
 
     def _asks(self, call: Call) -> bool:
         ask = self._ask.pop(call.call_id, None)
