@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import psutil
@@ -40,6 +42,33 @@ def require_cgroups() -> None:
     if os.environ.get("TURNWATCH_REQUIRE_CGROUP") == "1":
         pytest.fail("TURNWATCH_REQUIRE_CGROUP=1 but no writable cgroup2 hierarchy here")
     pytest.skip("no writable cgroup2 hierarchy (run as root, or under a delegated cgroup)")
+
+
+def turnwatch(
+    *argv: str, timeout: float = 60, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The installed console script, run as a user runs it (stdin closed)."""
+    exe = shutil.which("turnwatch", path=os.path.dirname(sys.executable))
+    assert exe is not None, "the console script is installed beside this python"
+    return subprocess.run(
+        [exe, *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=None if env is None else dict(env),
+    )
+
+
+def one_line_exit_2(result: subprocess.CompletedProcess[str], *expected: str) -> None:
+    """Bad input's contract: exit 2, one ``error:`` line naming what and where, no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for text in expected:
+        assert text in lines[0], (text, lines[0])
+    assert "Traceback" not in result.stderr
 
 
 def free_port() -> int:

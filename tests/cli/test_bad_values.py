@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests import streams
-from tests.cli.test_watch_trust import turnwatch
+from tests.conftest import one_line_exit_2, turnwatch
 from turnwatch.exporters import http
 
 
@@ -31,16 +31,6 @@ def busy_port() -> Iterator[int]:
         s.bind(("127.0.0.1", 0))
         s.listen()
         yield s.getsockname()[1]
-
-
-def one_line_exit_2(result: subprocess.CompletedProcess[str], *expected: str) -> None:
-    assert result.returncode == 2, (result.returncode, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), lines[0]
-    for text in expected:
-        assert text in lines[0], (text, lines[0])
-    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import streams
-from tests.cli.test_watch_trust import turnwatch
-from tests.conftest import Procs
+from tests.conftest import Procs, turnwatch
 from tests.watchdog.helpers import aborted_tree
 
 

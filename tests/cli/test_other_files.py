@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import streams
-from tests.cli.test_watch_trust import turnwatch
+from tests.conftest import turnwatch
 
 
 def bound(*argv: str) -> subprocess.CompletedProcess[str]:

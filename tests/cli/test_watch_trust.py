@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.conftest import Procs
+from tests.conftest import Procs, turnwatch
 from tests.watchdog.helpers import Recorder, aborted_tree
 from turnwatch import names
 from turnwatch.exporters.metrics import StopMetrics
@@ -26,14 +26,6 @@ from turnwatch.tracing.ledger import Ledger, connect, read_events
 from turnwatch.watchdog.loop import Cycle, Watchdog
 from turnwatch.watchdog.report import ChangeLog
 from turnwatch.watchdog.scan import Config, Finding
-
-
-def turnwatch(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("turnwatch", path=os.path.dirname(sys.executable))
-    assert exe is not None, "the console script is installed beside this python"
-    return subprocess.run(
-        [exe, *argv], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-    )
 
 
 def recorded(path: Path, kind: str) -> list[dict[str, object]]:

@@ -23,10 +23,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExportResult
 
-from tests.conftest import free_port, wait_until
+from tests.conftest import free_port, one_line_exit_2, turnwatch, wait_until
 from turnwatch.exporters import otel
 
-TURNWATCH = str(Path(sys.executable).with_name("turnwatch"))
 CLEAN = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
 
 
@@ -80,20 +79,9 @@ def test_the_resource_is_the_sdks_with_our_name_as_the_default(
     assert otel.resource("turnwatch").attributes["service.name"] == "fleet-b"
 
 
-def run(
-    env: dict[str, str], *args: str, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [TURNWATCH, *args], env=CLEAN | env, capture_output=True, text=True, timeout=120, cwd=cwd
-    )
-
-
-def one_line_exit_2(result: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
+def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with exactly these OTEL_* variables."""
+    return turnwatch(*args, env=CLEAN | env, timeout=120)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,13 +20,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import free_port, wait_until
+from tests.conftest import free_port, turnwatch, wait_until
 from tests.exporters.phoenix import SETUP, VERSION, Phoenix, executable, serve
 from turnwatch import names
 from turnwatch.tracing.ledger import connect, read_events
 
 pytestmark = pytest.mark.slow
-TURNWATCH = [str(Path(sys.executable).with_name("turnwatch"))]  # the console script
 STOP_PATH = (
     names.STOP_CLICKED,
     names.ABORT_RPC_RECEIVED,
@@ -60,12 +58,10 @@ def otlp_env(phoenix: Phoenix, protocol: str, project: str) -> dict[str, str]:
     }
 
 
-def turnwatch(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [*TURNWATCH, *args], env=env, capture_output=True, text=True, timeout=120
-    )
+def exported(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """turnwatch with an exporter: it succeeds, and never said the backend was down."""
+    result = turnwatch(*args, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
-    # Delivered: the exporter never said the backend was down.
     assert "cannot deliver" not in result.stderr, result.stderr
     return result
 
@@ -109,7 +105,7 @@ def test_the_demo_arrives_whole_in_one_trace_per_stop(
 ) -> None:
     project = "turnwatch-demo-" + protocol.split("/")[0]
     ledger = tmp_path / "ledger.sqlite3"
-    turnwatch(otlp_env(phoenix, protocol, project), "demo", "--json", "--ledger", str(ledger))
+    exported(otlp_env(phoenix, protocol, project), "demo", "--json", "--ledger", str(ledger))
 
     want = ledger_span_ids(ledger)
     spans = arrived(phoenix, project, want)
@@ -155,7 +151,7 @@ def test_the_demo_arrives_whole_in_one_trace_per_stop(
 def test_a_file_ingested_twice_sends_its_spans_once(phoenix: Phoenix, tmp_path: Path) -> None:
     # A foreign runtime's events: the demo's, as JSON lines without the demo's span ids.
     demo = tmp_path / "demo.sqlite3"
-    turnwatch(
+    exported(
         {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
         "demo",
         "--json",
@@ -174,11 +170,11 @@ def test_a_file_ingested_twice_sends_its_spans_once(phoenix: Phoenix, tmp_path: 
     project = "turnwatch-ingest"
     env = otlp_env(phoenix, "http/protobuf", project)
     ledger = tmp_path / "ledger.sqlite3"
-    turnwatch(env, "ingest", str(lines), "--ledger", str(ledger))
+    exported(env, "ingest", str(lines), "--ledger", str(ledger))
     first = ledger_span_ids(ledger)
     assert len(arrived(phoenix, project, first)) == len(first)
 
-    again = turnwatch(env, "ingest", str(lines), "--ledger", str(ledger))
+    again = exported(env, "ingest", str(lines), "--ledger", str(ledger))
     assert "ingested 0 new event(s)" in again.stderr
 
     # A later stop, sent after the second ingest: once its spans are in, anything the second
@@ -199,7 +195,7 @@ def test_a_file_ingested_twice_sends_its_spans_once(phoenix: Phoenix, tmp_path: 
             for i, (kind, extra) in enumerate(stop)
         )
     )
-    turnwatch(env, "ingest", str(later), "--ledger", str(ledger))
+    exported(env, "ingest", str(later), "--ledger", str(ledger))
     everything = ledger_span_ids(ledger)
     assert everything > first
     spans = arrived(phoenix, project, everything)

@@ -87,6 +87,11 @@ def marked_alive() -> list[psutil.Process]:
     return out
 
 
+def begun(path: Path) -> bool:
+    """The write has its first chunk on disk (and is not whole yet, CHUNKS being many)."""
+    return path.exists() and path.stat().st_size > 0
+
+
 async def wait_forever() -> str:
     """A read-only call that never answers (a hung mount, asynchronously)."""
     await asyncio.sleep(3600)
@@ -139,10 +144,12 @@ async def test_native_a_stopped_process_tool_lives_on(tmp_path: Path) -> None:
         return "done"
 
     token = CancellationToken()
-    asyncio.get_running_loop().call_later(0.3, token.cancel)
+    run = asyncio.ensure_future(agent.run("go", cancellation_token=token))
+    await until(lambda: pids, what="the tree to start")
+    token.cancel()
     try:
         with pytest.raises(RunCancelled):
-            await agent.run("go", cancellation_token=token)
+            await run
         # The run says it was cancelled; the tree and the tool's thread run on.
         assert psutil.pid_exists(pids[0])
         assert psutil.Process(pids[0]).status() != psutil.STATUS_ZOMBIE
@@ -184,9 +191,11 @@ async def test_native_a_stopped_write_is_left_half_done(tmp_path: Path) -> None:
     agent = Agent(FunctionModel(calls(ToolCallPart("write", {"path": str(target)}, "w1"))))
     agent.tool_plain(name="write")(write_in_chunks)
     token = CancellationToken()
-    asyncio.get_running_loop().call_later(0.1, token.cancel)
+    run = asyncio.ensure_future(agent.run("go", cancellation_token=token))
+    await until(lambda: begun(target), what="the write to begin")
+    token.cancel()
     with pytest.raises(RunCancelled):
-        await agent.run("go", cancellation_token=token)
+        await run
     assert 0 < target.stat().st_size < CHUNKS * len(CHUNK)
 
 
@@ -197,8 +206,7 @@ async def test_wrapped_a_stopped_write_is_awaited_to_its_end(
     agent = Agent(FunctionModel(calls(ToolCallPart("write", {"path": str(target)}, "w1"))))
     agent.tool_plain(name="write")(write_in_chunks)  # no metadata: mutating by default
     run = asyncio.ensure_future(StoppableAgent(agent, rt).run("go", session="s"))
-    await sink.wait_for(names.TOOL_STARTED)
-    await asyncio.sleep(0.1)
+    await until(lambda: begun(target), what="the write to begin")
     assert await rt.abort("s") is Receipt.ACCEPTED
     # Settled only once the write was whole.
     assert target.stat().st_size == CHUNKS * len(CHUNK)
