@@ -106,6 +106,11 @@ K_ACTION: Final = "action"
 K_REFUSED_PIDS: Final = "refused_pids"
 K_STEP: Final = "step"
 K_KILL_AT: Final = "kill_at"
+K_VERSION: Final = "version"
+K_LOG: Final = "log"
+K_DURATION_MS: Final = "duration_ms"
+K_BACKGROUND: Final = "background"
+K_ARGS: Final = "args"
 #: Every key an event's ``attrs`` may carry: a producer emitting another is a defect.
 EVENT_ATTRIBUTES: Final = frozenset(
     {
@@ -147,6 +152,11 @@ EVENT_ATTRIBUTES: Final = frozenset(
         K_REFUSED_PIDS,
         K_STEP,
         K_KILL_AT,
+        K_VERSION,
+        K_LOG,
+        K_DURATION_MS,
+        K_BACKGROUND,
+        K_ARGS,
     }
 )
 

@@ -1,0 +1,237 @@
+"""What the three adapters share: one session's current turn and open calls, and the events
+they become.
+
+An adapter reads records (one parsed JSON line at a time) and writes turnwatch events (design §3)
+with the CLI's own session, turn and call ids. It keeps only what the event contract needs: ids,
+tool names, timestamps, outcomes. Prompts, replies, tool arguments and outputs are read where a
+record's meaning depends on them (an interrupt marker, a rejection) and never written, unless the
+user opted in to arguments (``keep_args``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar
+
+from turnwatch import names
+from turnwatch.integrations.agentlogs.classes import class_for
+from turnwatch.runtime.events import Event
+from turnwatch.runtime.model import Outcome
+
+#: With ``keep_args``, an argument string is cut here: enough to recognise a command.
+ARGS_CAP = 512
+
+#: ``turn.settled``'s ``reason`` when a CLI wrote a new prompt while its log left the last turn
+#: open (a log cut short, or a CLI version that writes no end marker).
+NEXT_PROMPT = "next_prompt"
+
+
+def when(stamp: Any) -> float | None:
+    """Unix seconds of an ISO-8601 timestamp (``2026-05-14T21:37:13.049Z``), or None."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+
+
+class Translator:
+    """One session file's records → turnwatch events. Subclasses read the records (``take``).
+
+    :meth:`feed` returns the events each record made; :meth:`flush` those an end of input
+    decides (a turn end an adapter holds until it is sure); :meth:`snapshot` and
+    :meth:`restore` carry the state across a restart, so a follower resuming at an offset
+    knows the turn and the calls in flight.
+    """
+
+    source: ClassVar[str]
+
+    def __init__(self, *, log: str | None = None, keep_args: bool = False) -> None:
+        self.log = log
+        self.keep_args = keep_args
+        self.session: str | None = None
+        self.announced = False
+        self.turn: str | None = None
+        self.turn_open = False
+        self.ts = 0.0  # the last record's time: records without one happen then
+        self.calls: dict[str, str] = {}  # open calls of the current turn: id → tool
+        self.unknown: Counter[str] = Counter()
+        self._out: list[Event] = []
+
+    # --- reading ---
+
+    def feed(self, obj: Any) -> list[Event]:
+        """The events one record makes (a record the adapter does not know is counted)."""
+        self._out = []
+        if isinstance(obj, dict):
+            self.take(obj)
+        else:
+            self.unknown[type(obj).__name__] += 1
+        return self._out
+
+    def take(self, rec: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> list[Event]:
+        """Events the end of the input decides; none by default."""
+        return []
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "announced": self.announced,
+            "turn": self.turn,
+            "turn_open": self.turn_open,
+            "ts": self.ts,
+            "calls": dict(self.calls),
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.session = state.get("session")
+        self.announced = bool(state.get("announced"))
+        self.turn = state.get("turn")
+        self.turn_open = bool(state.get("turn_open"))
+        self.ts = float(state.get("ts") or 0.0)
+        self.calls = dict(state.get("calls") or {})
+
+    def skip(self, what: str) -> None:
+        """A record of a type this adapter does not know (or need): counted, never fatal."""
+        self.unknown[what] += 1
+
+    # --- writing ---
+
+    def at(self, stamp: Any) -> float:
+        """The record's time, or the last one seen (records without a timestamp)."""
+        ts = when(stamp)
+        if ts is not None:
+            self.ts = ts
+        return self.ts
+
+    def emit(
+        self,
+        kind: str,
+        ts: float,
+        *,
+        turn: str | None = None,
+        call: str | None = None,
+        tool: str | None = None,
+        attrs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if self.session is None:
+            return  # nothing can be said before the session is known
+        self._out.append(Event(kind, self.session, ts, None, turn, call, tool, attrs or {}))
+
+    def announce(self, ts: float, session: str, version: Any = None) -> None:
+        """The session is known: ``runtime.started`` with the producer (no pid: a log has none)."""
+        if self.session == session and self.announced:
+            return
+        self.session, self.announced = session, True
+        attrs: dict[str, Any] = {names.K_SOURCE: self.source}
+        if isinstance(version, str):
+            attrs[names.K_VERSION] = version
+        if self.log is not None:
+            attrs[names.K_LOG] = self.log
+        self.emit(names.RUNTIME_STARTED, ts, attrs=attrs)
+
+    def begin_turn(self, ts: float, turn: str) -> None:
+        if self.turn_open and self.turn == turn:
+            return
+        if self.turn_open:
+            self.end_turn(ts, Outcome.COMPLETED, reason=NEXT_PROMPT)
+        self.turn, self.turn_open, self.calls = turn, True, {}
+        self.emit(names.TURN_STARTED, ts, turn=turn)
+
+    def end_turn(
+        self,
+        ts: float,
+        outcome: Outcome,
+        *,
+        reason: str | None = None,
+        duration_ms: Any = None,
+    ) -> None:
+        """``turn.settled`` then ``processing.cleared``: the CLI is ready for the next prompt.
+
+        Calls still open stay open: the log never said they ended, and the watchdog looks at
+        their processes (that is the field bug: turns recorded aborted while a tool lives on).
+        """
+        if not self.turn_open or self.turn is None:
+            return
+        attrs: dict[str, Any] = {names.K_OUTCOME: outcome.value}
+        if reason is not None:
+            attrs[names.K_REASON] = reason
+        if isinstance(duration_ms, int | float):
+            attrs[names.K_DURATION_MS] = duration_ms
+        self.emit(names.TURN_SETTLED, ts, turn=self.turn, attrs=attrs)
+        self.emit(names.PROCESSING_CLEARED, ts, turn=self.turn)
+        self.turn_open = False
+
+    def interrupt(self, ts: float, *, reason: str = "interrupted", duration_ms: Any = None) -> None:
+        """The user's Esc or Ctrl-C, where the log marks it: the stop, and the turn it ended."""
+        if not self.turn_open or self.turn is None:
+            return
+        self.emit(names.STOP_CLICKED, ts, turn=self.turn, attrs={names.K_SOURCE: self.source})
+        self.end_turn(ts, Outcome.ABORTED, reason=reason, duration_ms=duration_ms)
+
+    def call_started(
+        self, ts: float, call: str, tool: str, *, args: Any = None, background: bool = False
+    ) -> None:
+        """The model asked for a tool and the CLI ran it (the logs do not tell the two apart)."""
+        if call in self.calls or self.turn is None:
+            return
+        if not self.turn_open:  # a call after the turn's end marker: the turn goes on
+            self.turn_open = True
+        self.calls[call] = tool
+        cls = class_for(self.source, tool)
+        attrs: dict[str, Any] = {names.K_CLASS: cls.value}
+        if background:
+            attrs[names.K_BACKGROUND] = True
+        started = dict(attrs)
+        if self.keep_args and args is not None:
+            attrs[names.K_ARGS] = _capped(args)
+        self.emit(names.TOOL_REQUESTED, ts, turn=self.turn, call=call, tool=tool, attrs=attrs)
+        self.emit(names.TOOL_STARTED, ts, turn=self.turn, call=call, tool=tool, attrs=started)
+
+    def call_ended(self, ts: float, call: str, outcome: Outcome) -> None:
+        tool = self.calls.pop(call, None)
+        if tool is None or self.turn is None:
+            return  # a result for a call this reader never saw start (a file read from the middle)
+        if outcome is Outcome.DENIED:
+            self.emit(
+                names.PERMISSION_DENIED,
+                ts,
+                turn=self.turn,
+                call=call,
+                tool=tool,
+                attrs={names.K_APPROVED: False},
+            )
+        self.emit(
+            names.TOOL_FINISHED,
+            ts,
+            turn=self.turn,
+            call=call,
+            tool=tool,
+            attrs={names.K_OUTCOME: outcome.value},
+        )
+
+
+def _capped(args: Any) -> Any:
+    """Arguments as the user opted to keep them, each string cut at :data:`ARGS_CAP`."""
+    if isinstance(args, str):
+        return args if len(args) <= ARGS_CAP else args[:ARGS_CAP] + "…"
+    if isinstance(args, dict):
+        return {str(k): _capped(v) for k, v in args.items()}
+    if isinstance(args, list):
+        return [_capped(v) for v in args[:32]]
+    return args
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or the ``text`` of its blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and "text" in b)
+    return ""

@@ -1,0 +1,114 @@
+"""Claude Code transcripts (``~/.claude/projects/<project>/<session>.jsonl``).
+
+Each line is one record with a ``type``. What turnwatch reads:
+
+- ``user`` with the user's text: a turn (its ``promptId``, else the record's ``uuid``);
+- ``assistant`` with ``tool_use`` blocks: tool calls with their ids; with ``stop_reason:
+  end_turn`` and no tool call: the turn's end (so does ``system/turn_duration``);
+- ``user`` with ``tool_result`` blocks: results; ``toolUseResult`` says ``interrupted``, a
+  rejection (``User rejected tool use``), or a ``backgroundTaskId``;
+- ``user`` whose text is ``[Request interrupted by user]`` or ``[Request interrupted by user for
+  tool use]``: the interrupt.
+
+Claude Code fires no hook on an interrupt and keeps its permission prompt on screen only: a
+prompt waiting for the user is not in the file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turnwatch.integrations.agentlogs.base import Translator, text_of
+from turnwatch.runtime.model import Outcome
+
+INTERRUPTED = "[Request interrupted by user"
+_REJECTED = "User rejected tool use"
+_DECLINED = "The user doesn't want to proceed"
+#: Records with nothing for the stop path.
+_QUIET = frozenset(
+    {
+        "permission-mode",
+        "file-history-snapshot",
+        "attachment",
+        "ai-title",
+        "last-prompt",
+        "queue-operation",
+        "summary",
+        "custom-title",
+        "progress",
+    }
+)
+_ENDS = frozenset({"end_turn"})
+
+
+class ClaudeCode(Translator):
+    source = "claude-code"
+
+    def take(self, rec: dict[str, Any]) -> None:
+        kind = rec.get("type")
+        sid = rec.get("sessionId")
+        ts = self.at(rec.get("timestamp"))
+        if isinstance(sid, str) and sid and sid != self.session:
+            self.announce(ts, sid, rec.get("version"))
+        if kind == "user":
+            self._user(ts, rec)
+        elif kind == "assistant":
+            self._assistant(ts, rec)
+        elif kind == "system":
+            if rec.get("subtype") == "turn_duration" and not self.calls:
+                self.end_turn(ts, Outcome.COMPLETED, duration_ms=rec.get("durationMs"))
+        elif kind not in _QUIET:
+            self.skip(str(kind))
+
+    def _user(self, ts: float, rec: dict[str, Any]) -> None:
+        msg = rec.get("message")
+        content = msg.get("content") if isinstance(msg, dict) else None
+        blocks = content if isinstance(content, list) else []
+        results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+        if results:
+            for b in results:
+                call = b.get("tool_use_id")
+                if isinstance(call, str):
+                    self.call_ended(ts, call, _outcome(b, rec.get("toolUseResult")))
+            return
+        text = text_of(content)
+        if text.startswith(INTERRUPTED):
+            self.interrupt(ts)
+            return
+        if rec.get("isMeta") or rec.get("isSidechain") or rec.get("isCompactSummary"):
+            return  # the CLI's own injected text, or a subagent's: not the user's prompt
+        turn = rec.get("promptId") or rec.get("uuid")
+        if isinstance(turn, str) and text:
+            self.begin_turn(ts, turn)
+
+    def _assistant(self, ts: float, rec: dict[str, Any]) -> None:
+        if rec.get("isSidechain"):
+            return  # a subagent's step: its parent's Task call covers it
+        msg = rec.get("message")
+        if not isinstance(msg, dict):
+            return
+        uses = [
+            b
+            for b in msg.get("content") or []
+            if isinstance(b, dict) and b.get("type") == "tool_use"
+        ]
+        for b in uses:
+            call, name, args = b.get("id"), b.get("name"), b.get("input")
+            if isinstance(call, str) and isinstance(name, str):
+                bg = isinstance(args, dict) and bool(args.get("run_in_background"))
+                self.call_started(ts, call, name, args=args, background=bg)
+        if not uses and msg.get("stop_reason") in _ENDS and not self.calls:
+            self.end_turn(ts, Outcome.COMPLETED)
+
+
+def _outcome(block: dict[str, Any], result: Any) -> Outcome:
+    if isinstance(result, dict) and result.get("interrupted"):
+        return Outcome.ABORTED
+    if isinstance(result, str) and result.startswith(_REJECTED):
+        return Outcome.DENIED
+    text = text_of(block.get("content"))
+    if text.startswith(_DECLINED):
+        return Outcome.DENIED
+    if text.startswith(INTERRUPTED):
+        return Outcome.ABORTED
+    return Outcome.FAILED if block.get("is_error") else Outcome.COMPLETED
