@@ -1,9 +1,10 @@
-"""``turnwatch ingest`` of the agent CLIs' session files: files and directories, each file's
-format named or detected, into the ledger, spans and metrics."""
+"""The agent CLIs' session files into the ledger, spans and metrics: read once (``turnwatch
+ingest``: files and directories, each file's format named or detected), or followed as the CLIs
+write them (``turnwatch watch --agents``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import orjson
@@ -14,9 +15,12 @@ from turnwatch.integrations.agentlogs import (
     NotASessionFile,
     Problem,
     Report,
+    default_roots,
     read_file,
     session_files,
 )
+from turnwatch.integrations.agentlogs.follow import Follower
+from turnwatch.tracing.ledger import Ledger, connect, get_meta
 
 #: ``--format`` values: the foreign-runtime event lines, or one of the CLIs.
 EVENTS = "events"
@@ -62,3 +66,45 @@ def run(
             for p in report.problems[seen:]:
                 on_problem(p)
     return report
+
+
+def roots(
+    codex: Path | None = None, claude: Path | None = None, gemini: Path | None = None
+) -> dict[str, Path]:
+    """Where to look for each CLI's session files: the defaults, each overridable."""
+    out = default_roots()
+    for fmt, given in (("codex", codex), ("claude-code", claude), ("gemini-cli", gemini)):
+        if given is not None:
+            out[fmt] = given
+    return out
+
+
+def make_follower(
+    ledger: Ledger,
+    where: Mapping[str, Path],
+    *,
+    keep_args: bool,
+    say: Callable[[str], None],
+) -> tuple[Follower, Callable[[], None]]:
+    """A follower of the CLIs' files into ``ledger`` (deduplicated: a line read twice is
+    recorded once), its places kept in the ledger; and what closes it."""
+    conn = connect(ledger.path, readonly=True)
+
+    def load(k: str) -> str | None:
+        return get_meta(conn, k)
+
+    follower = Follower(
+        where,
+        lambda ev: ledger.append(ev, dedup=True),
+        load=load,
+        save=ledger.put_meta,
+        on_problem=lambda p: say(str(p)),
+        note=say,
+        keep_args=keep_args,
+    )
+
+    def close() -> None:
+        follower.close()
+        conn.close()
+
+    return follower, close

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from turnwatch.cli import agentscmd
 from turnwatch.cli.follow import build
 from turnwatch.exporters import http
 from turnwatch.exporters.otel import tracer_provider
+from turnwatch.integrations.agentlogs.follow import Follower
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
@@ -28,23 +31,40 @@ def make_watchdog(
     dry_run: bool,
     say: Callable[[str], None],
     observe_scan: Callable[[float], None] | None = None,
+    agents: Agents | None = None,
 ) -> tuple[Watchdog, Callable[[], None]]:
     """A watchdog recording its findings and actions (and their spans) into the ledger at
-    ``path``, and what closes both (the ledger first: its writer builds the spans)."""
+    ``path``, and what closes both (the ledger first: its writer builds the spans).
+
+    With ``agents``, the agent CLIs' session files are followed into the same ledger: read
+    once before each scan (``cycle``), and by a thread between scans in the loop."""
     provider = tracer_provider()  # first: an exporter that cannot be had opens nothing
     ledger = Ledger(path)
     telemetry = Telemetry(
         ledger=ledger, spans=SpanBuilder(provider.get_tracer("turnwatch.watchdog"))
     )
+    stop_following: Callable[[], None] | None = None
+    flush: Callable[[], object] = ledger.flush
+    if agents is not None:
+        follower, close_follower = agentscmd.make_follower(
+            ledger, agents.roots, keep_args=agents.keep_args, say=say
+        )
+        stop_following = agents.start(follower, close_follower)
+
+        def flush() -> object:  # what the CLIs wrote so far, recorded before the scan
+            agents.poll(follower)
+            return ledger.flush()
 
     def close() -> None:
+        if stop_following is not None:  # first: what it read is written before the ledger shuts
+            stop_following()
         ledger.close()
         provider.shutdown()
 
     return Watchdog(
         path,
         telemetry,
-        ledger.flush,
+        flush,
         cfg=cfg,
         recover=recover,
         dry_run=dry_run,
@@ -53,10 +73,55 @@ def make_watchdog(
     ), close
 
 
+class Agents:
+    """Following the agent CLIs' files from the watchdog: where, and how."""
+
+    def __init__(self, roots: Mapping[str, Path], *, keep_args: bool, thread: bool) -> None:
+        self.roots = roots
+        self.keep_args = keep_args
+        self.thread = thread  # the loop: a thread reads between scans; --once: before the scan
+        self._lock = threading.Lock()
+
+    def poll(self, follower: Follower, *, final: bool = False) -> None:
+        with self._lock:
+            follower.poll(final=final or not self.thread)
+
+    def start(self, follower: Follower, close: Callable[[], None]) -> Callable[[], None]:
+        """Start following; return what stops it (and saves every file's place)."""
+        if not self.thread:
+            return close
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(FOLLOW_POLL_S):
+                self.poll(follower)
+
+        t = threading.Thread(target=run, name="turnwatch-agents", daemon=True)
+        t.start()
+
+        def halt() -> None:
+            stop.set()
+            t.join()
+            with self._lock:
+                close()
+
+        return halt
+
+
+#: How often the loop's follower looks at the agent CLIs' files.
+FOLLOW_POLL_S = 0.5
+
+
 def once(
-    path: Path, cfg: Config, *, recover: bool, dry_run: bool, say: Callable[[str], None]
+    path: Path,
+    cfg: Config,
+    *,
+    recover: bool,
+    dry_run: bool,
+    say: Callable[[str], None],
+    agents: Agents | None = None,
 ) -> Cycle:
-    dog, close = make_watchdog(path, cfg, recover=recover, dry_run=dry_run, say=say)
+    dog, close = make_watchdog(path, cfg, recover=recover, dry_run=dry_run, say=say, agents=agents)
     try:
         return asyncio.run(dog.cycle())
     finally:
@@ -72,6 +137,7 @@ def loop(
     dry_run: bool,
     metrics_addr: str | None,
     say: Callable[[str], None],
+    agents: Agents | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM, serving the metrics (rebuilt from the ledger) if asked."""
     registry = CollectorRegistry()
@@ -83,7 +149,13 @@ def loop(
         say(f"metrics on {http.url(metrics_addr, port)}")
     try:
         dog, close = make_watchdog(
-            path, cfg, recover=recover, dry_run=dry_run, say=say, observe_scan=metrics.scan.observe
+            path,
+            cfg,
+            recover=recover,
+            dry_run=dry_run,
+            say=say,
+            observe_scan=metrics.scan.observe,
+            agents=agents,
         )
     except BaseException:
         if server is not None:

@@ -1,0 +1,122 @@
+"""What every command shares: the consoles, the options, and one-line errors with exit 2.
+
+Light on purpose: ``turnwatch --help`` imports this, and nothing heavy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from turnwatch.tracing.paths import default_path
+
+console = Console()
+err = Console(stderr=True, soft_wrap=True)  # one message, one line: grep-able
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+
+LedgerOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--ledger",
+        help="Ledger file [default: $TURNWATCH_LEDGER, else "
+        f"$XDG_STATE_HOME/turnwatch/ledger.sqlite3; here {default_path()}].",
+        show_default=False,
+        readable=False,  # checked by the ledger itself, which says what is wrong in one line
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+AddrOpt = Annotated[str, typer.Option("--metrics-addr", help="HOST:PORT of /metrics.")]
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    """Print ``message`` to stderr; the caller raises the returned Exit.
+
+    The message is text, never markup: ``pip install 'turnwatch[otlp-grpc]'`` must print whole.
+    """
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(code)
+
+
+def positive(option: str, value: float) -> None:
+    """Exit 2 unless ``value`` > 0: a zero interval would spin a core, a negative window is
+    meaningless."""
+    if not value > 0:
+        raise fail(f"{option} must be a positive number of seconds, got {value:g}")
+
+
+@contextmanager
+def exporter_config() -> Iterator[None]:
+    """Exit 2 with the one line an exporter the environment asks for cannot be had."""
+    from turnwatch.exporters.otel import ExporterConfigError
+
+    try:
+        yield
+    except ExporterConfigError as exc:
+        raise fail(str(exc)) from None
+
+
+def ledger_path(path: Path | None) -> Path:
+    return path if path is not None else default_path()
+
+
+def read_conn(path: Path | None) -> Any:
+    """A read-only connection, or exit 2 naming the file and the cause."""
+    from turnwatch.tracing.ledger import LedgerError, connect
+
+    try:
+        return connect(ledger_path(path), readonly=True)
+    except LedgerError as exc:
+        raise fail(str(exc)) from None
+
+
+def unknown_session(conn: Any, ident: str) -> typer.Exit:
+    """Exit 2 naming the sessions that exist, the closest first."""
+    from turnwatch.runtime.session import closest
+    from turnwatch.tracing.view import session_ids
+
+    known = session_ids(conn)
+    return fail(f"unknown session or turn {ident!r}; sessions: {closest(ident, known)}")
+
+
+def config(
+    grace: float, pinned_after: float | None = None, overdue_after: float | None = None
+) -> Any:
+    from turnwatch.watchdog.scan import Config
+
+    return Config(
+        grace_s=grace,
+        **({"rpc_stuck_s": pinned_after} if pinned_after else {}),
+        await_overdue_s=overdue_after,
+    )
+
+
+PinnedOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--pinned-after",
+        help="A stop still pending this long pins the session [default: 15].",
+        show_default=False,
+    ),
+]
+OverdueOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--overdue-after",
+        help="A stopped mutating/extension call silent this long is overdue [default: grace + 2].",
+        show_default=False,
+    ),
+]
+GraceOpt = Annotated[
+    float,
+    typer.Option(
+        "--grace", help="The runtime's grace window, seconds (findings start 2 s after it)."
+    ),
+]

@@ -1,0 +1,157 @@
+"""``turnwatch ingest``: events from a foreign runtime's JSON lines, or from the agent CLIs'
+session files, into the ledger, spans and metrics."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from turnwatch.cli.common import EXIT_BAD_INPUT, LedgerOpt, err, exporter_config, fail, ledger_path
+
+
+def ingest(
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            help="Files or directories: turnwatch event lines (- for standard input), or an "
+            "agent CLI's session files (Codex, Claude Code, Gemini CLI).",
+            show_default=False,
+        ),
+    ],
+    ledger: LedgerOpt = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep reading a growing file of event lines, through truncation and rotation, "
+            "and resume where the last --follow of it stopped. A pipe ends at EOF. (Agent CLI "
+            "files are followed by `watch --agents`.)",
+        ),
+    ] = False,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="events, codex, claude-code or gemini-cli [default: detected per file].",
+            show_default=False,
+        ),
+    ] = None,
+    keep_args: Annotated[
+        bool,
+        typer.Option(
+            "--keep-args",
+            help="Also keep each agent CLI tool call's arguments (commands, paths, patches: they "
+            "may hold secrets), cut at 512 characters. Prompts and outputs are never kept.",
+        ),
+    ] = False,
+) -> None:
+    """Events into the ledger, spans and metrics: a foreign runtime's JSON lines, or the agent
+    CLIs' own session files (read as the same events, with the CLIs' ids)."""
+    from turnwatch.cli import agentscmd
+
+    if fmt is not None and fmt not in agentscmd.FORMAT_NAMES:
+        raise fail(f"--format {fmt!r}: expected one of {', '.join(agentscmd.FORMAT_NAMES)}")
+    paths = [Path(s) for s in sources]
+    events = fmt == agentscmd.EVENTS or "-" in sources or follow
+    if fmt is None and len(paths) == 1 and paths[0].is_file():
+        events = events or agentscmd.is_event_lines(paths[0])
+    if events:
+        if len(sources) != 1:
+            raise fail("event lines are read from one file or - at a time")
+        if fmt not in (None, agentscmd.EVENTS):
+            raise fail(f"--follow reads event lines; follow {fmt} files with `watch --agents`")
+        _ingest_events(sources[0], ledger, follow)
+    else:
+        _ingest_agent_logs(paths, ledger, fmt, keep_args)
+
+
+def _wire(ledger: Path | None) -> Any:
+    from turnwatch.cli.wiring import wire
+    from turnwatch.tracing.ledger import LedgerError
+
+    try:
+        with exporter_config():
+            return wire(ledger_path(ledger), dedup=True)
+    except LedgerError as exc:
+        raise fail(str(exc)) from None
+
+
+def _ingest_agent_logs(
+    paths: list[Path], ledger: Path | None, fmt: str | None, keep_args: bool
+) -> None:
+    from turnwatch.cli import agentscmd
+
+    for p in paths:
+        if not p.exists():
+            raise fail(f"{p}: cannot read (No such file or directory)")
+    wiring = _wire(ledger)
+    try:
+        report = agentscmd.run(
+            paths,
+            wiring,
+            fmt=fmt,
+            keep_args=keep_args,
+            on_problem=lambda p: err.print(str(p), highlight=False, markup=False),
+        )
+    finally:
+        wiring.close()
+    new = wiring.ledger.written
+    unknown = sum(report.unknown.values())
+    err.print(
+        f"ingested {new} new event(s) from {report.files} session file(s) "
+        f"({report.records} records, {unknown} of types not read) into {wiring.ledger.path}"
+        + (f" ({report.events - new} already there)" if report.events > new else "")
+        + f"; {report.problem_count} problem(s)",
+        highlight=False,
+    )
+    if wiring.ledger.lost:
+        raise fail(f"{wiring.ledger.lost} event(s) could not be written to {wiring.ledger.path}")
+    if report.problem_count:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
+    from turnwatch.cli import ingestcmd
+
+    if source == "-" and sys.stdin is None:  # started with standard input closed
+        raise fail("-: standard input is closed")
+    path = Path("/dev/stdin") if source == "-" else Path(source)
+    name = "<stdin>" if source == "-" else source
+    try:
+        path.open("rb").close()
+    except OSError as exc:
+        raise fail(f"{name}: cannot read ({exc.strerror})") from None
+    wiring = _wire(ledger)
+
+    def say(message: str) -> None:
+        err.print(message, highlight=False, markup=False)
+
+    report = None
+    try:
+        report = ingestcmd.run(
+            path,
+            wiring,
+            follow=follow,
+            say=say,
+            on_bad=lambda b: say(f"{name}:{b.lineno}: {b.reason}"),
+        )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        wiring.close()
+    if report is None:
+        return
+    new = wiring.ledger.written
+    err.print(
+        f"ingested {new} new event(s) into {wiring.ledger.path}"
+        + (f" ({report.good - new} already there)" if report.good > new else "")
+        + f"; rejected {report.bad_count} line(s)",
+        highlight=False,
+    )
+    if wiring.ledger.lost:
+        raise fail(f"{wiring.ledger.lost} event(s) could not be written to {wiring.ledger.path}")
+    if report.bad_count:
+        raise typer.Exit(EXIT_BAD_INPUT)

@@ -1,0 +1,152 @@
+"""``turnwatch watch``: the watchdog loop, or one scan; with ``--agents``, following the agent
+CLIs' session files into the same ledger."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from turnwatch.cli.common import (
+    EXIT_FINDINGS,
+    GraceOpt,
+    JsonOpt,
+    LedgerOpt,
+    OverdueOpt,
+    PinnedOpt,
+    config,
+    console,
+    err,
+    exporter_config,
+    fail,
+    ledger_path,
+    positive,
+    read_conn,
+)
+
+
+def watch(
+    ledger: LedgerOpt = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="One scan, report, exit (recovers only with --recover).")
+    ] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between scans.")] = 5.0,
+    recover: Annotated[
+        bool | None,
+        typer.Option(
+            "--recover/--no-recover",
+            help="Recover what it finds "
+            "[default: --recover for the loop, --no-recover with --once].",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say, do not act.")] = False,
+    metrics_addr: Annotated[
+        str | None, typer.Option("--metrics-addr", help="HOST:PORT of /metrics (loop only).")
+    ] = "127.0.0.1:9464",
+    grace: GraceOpt = 10.0,
+    pinned_after: PinnedOpt = None,
+    overdue_after: OverdueOpt = None,
+    as_json: JsonOpt = False,
+    agents: Annotated[
+        bool,
+        typer.Option(
+            "--agents",
+            help="Also follow the agent CLIs' session files into the ledger (Codex, Claude "
+            "Code, Gemini CLI), resuming where the last run stopped.",
+        ),
+    ] = False,
+    codex_dir: Annotated[
+        Path | None,
+        typer.Option(help="Codex rollouts [default: $CODEX_HOME/sessions, ~/.codex/sessions]."),
+    ] = None,
+    claude_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Claude Code transcripts "
+            "[default: $CLAUDE_CONFIG_DIR/projects, ~/.claude/projects]."
+        ),
+    ] = None,
+    gemini_dir: Annotated[
+        Path | None, typer.Option(help="Gemini CLI chats [default: ~/.gemini/tmp].")
+    ] = None,
+    keep_args: Annotated[
+        bool,
+        typer.Option(
+            "--keep-args",
+            help="With --agents: also keep each tool call's arguments (they may hold secrets).",
+        ),
+    ] = False,
+) -> None:
+    """The watchdog: scan every --interval and recover what it finds.
+
+    With --once it scans once and only reports, unless --recover is given: looking never kills.
+    Exit 1 after --once when findings remain.
+    """
+    from turnwatch.cli import watchcmd
+    from turnwatch.tracing.ledger import LedgerError
+
+    positive("--interval", interval)
+    positive("--grace", grace)
+    recover = (not once) if recover is None else recover
+    path = ledger_path(ledger)
+    follow = None
+    if agents:
+        from turnwatch.cli.agentscmd import roots
+
+        where = roots(codex_dir, claude_dir, gemini_dir)
+        follow = watchcmd.Agents(where, keep_args=keep_args, thread=not once)
+    if (once and not agents) or path.exists():
+        read_conn(path).close()  # exit 2 now if the ledger is unusable
+    # The loop may start before any runtime has written a ledger (a service at boot): it makes
+    # an empty one and watches it, rather than exiting and staying down.
+    say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False))
+    if not once:
+        try:
+            with exporter_config():
+                watchcmd.loop(
+                    path,
+                    config(grace, pinned_after, overdue_after),
+                    interval_s=interval,
+                    recover=recover,
+                    dry_run=dry_run,
+                    metrics_addr=metrics_addr,
+                    say=say,
+                    agents=follow,
+                )
+        except (ValueError, OSError, LedgerError) as exc:
+            raise fail(str(exc)) from None
+        return
+    with exporter_config():
+        cycle = watchcmd.once(
+            path,
+            config(grace, pinned_after, overdue_after),
+            recover=recover,
+            dry_run=dry_run,
+            say=say,
+            agents=follow,
+        )
+    actions = {id(a.finding): a for a in cycle.actions}
+    rows = []
+    for f in cycle.findings:
+        a = actions.get(id(f))
+        row = f.to_json()
+        row["action"] = a.action if a else f.action
+        row["result"] = a.result if a else "proposed"
+        rows.append(row)
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        for r in rows:
+            console.print(
+                f"{r['kind']:<28} {r['session']:<16} pid {r['pid'] or '-':<8} "
+                f"{r['action']} → {r['result']}",
+                highlight=False,
+            )
+        if not rows:
+            console.print("no findings")
+    if cycle.unresolved:
+        raise typer.Exit(EXIT_FINDINGS)

@@ -1,0 +1,302 @@
+"""Following the agent CLIs' session files as they are written: new files found, growing files
+read, each file's place kept so a restart resumes without reading anything twice.
+
+Per file, a :class:`Checkpoint` holds which file it is (device, inode, first bytes), the offset
+after its last whole line, and the adapter's state at that offset (the turn and the calls in
+flight). It is handed to ``save`` behind the events it covers; ``load`` gives it back at start.
+
+- A partial last line waits for the rest; an oversized line is skipped and reported.
+- A file truncated or rewritten in place (its first bytes changed) is read again from its start;
+  a file replaced under its name (rotation) is read as the new file it is. Either way the ledger
+  keeps what was read before, and deduplication keeps a line read twice from counting twice.
+- A file that vanishes is reported once and forgotten; a file of no known format is reported
+  once and never read again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from turnwatch.integrations.agentlogs.base import Translator
+from turnwatch.integrations.agentlogs.formats import FORMATS, session_files, sniff
+from turnwatch.integrations.agentlogs.lines import CHUNK, LineReader
+from turnwatch.integrations.agentlogs.reader import SNIFF_LINES, Problem, Report, parse
+from turnwatch.runtime.events import Event
+
+#: How many first bytes identify a file's contents (a rewrite in place changes them).
+HEAD_BYTES = 256
+#: A quiet file's held turn end (Gemini's last reply) is decided after this long.
+QUIET_S = 2.0
+
+
+@dataclass
+class Checkpoint:
+    """Where a followed file was read to, and the adapter's state there."""
+
+    dev: int
+    ino: int
+    offset: int
+    lineno: int
+    head: str
+    fmt: str | None
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+def key(path: Path) -> str:
+    """The checkpoint's key in the ledger's metadata."""
+    return f"agents.offset:{path}"
+
+
+class _File:
+    def __init__(self, path: Path, fmt: str | None, st: os.stat_result) -> None:
+        self.path = path
+        self.fmt = fmt
+        self.dev, self.ino = st.st_dev, st.st_ino
+        self.lines = LineReader()
+        self.read_to = 0  # bytes read, including a partial line held in ``lines``
+        self.head = b""
+        self.tr: Translator | None = None
+        self.sniffed: list[Any] = []  # records read before the format was known
+        self.refused = False
+        self.grew_at = time.monotonic()
+        self.flushed = True
+        self.saved_at = 0.0
+
+    def checkpoint(self) -> Checkpoint:
+        state = self.tr.snapshot() if self.tr is not None else {}
+        return Checkpoint(
+            self.dev,
+            self.ino,
+            self.lines.consumed,
+            self.lines.lineno,
+            self.head.hex(),
+            self.fmt,
+            state,
+        )
+
+
+class Follower:
+    """Every session file under ``roots`` (``{format: directory}``), followed into ``sink``."""
+
+    def __init__(
+        self,
+        roots: Mapping[str, Path],
+        sink: Callable[[Event], None],
+        *,
+        load: Callable[[str], str | None] = lambda _k: None,
+        save: Callable[[str, str], None] = lambda _k, _v: None,
+        on_problem: Callable[[Problem], None] = lambda _p: None,
+        note: Callable[[str], None] = lambda _m: None,
+        keep_args: bool = False,
+        discover_s: float = 2.0,
+    ) -> None:
+        self.roots = dict(roots)
+        self.sink = sink
+        self.load, self.save = load, save
+        self.on_problem, self.note = on_problem, note
+        self.keep_args = keep_args
+        self.discover_s = discover_s
+        self.report = Report()
+        self.files: dict[Path, _File] = {}
+        self._gone: set[Path] = set()
+        self._discovered_at = -1e9
+
+    # --- the loop's one step ---
+
+    def poll(self, *, final: bool = False) -> int:
+        """Find new files (every ``discover_s``), read what every file gained; return the
+        number of events. ``final``: the end of the run, every held turn end is decided."""
+        now = time.monotonic()
+        if final or now - self._discovered_at >= self.discover_s:
+            self._discover()
+            self._discovered_at = now
+        before = self.report.events
+        for f in list(self.files.values()):
+            self._step(f, now, final)
+        return self.report.events - before
+
+    def close(self) -> None:
+        """Decide what the end decides, and save every file's place."""
+        self.poll(final=True)
+        for f in self.files.values():
+            self._save(f)
+
+    # --- internals ---
+
+    def _discover(self) -> None:
+        new = resumed = 0
+        for fmt, root in self.roots.items():
+            if not root.exists():
+                continue
+            for path in session_files(root, fmt):
+                if path not in self.files and path not in self._gone:
+                    new += 1
+                    resumed += self._open(path, fmt)
+        if new:  # one line, not one per file: a CLI's directory holds thousands
+            self.note(
+                f"following {new} new session file(s), {resumed} resumed where the last run stopped"
+            )
+
+    def _open(self, path: Path, fmt: str | None) -> bool:
+        """Start following ``path``; True when it resumes at a checkpoint."""
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return False
+        f = self.files[path] = _File(path, fmt, st)
+        self._translator(f)
+        self.report.files += 1
+        raw = self.load(key(path))
+        if raw is None:
+            return False
+        try:
+            cp = Checkpoint(**orjson.loads(raw))
+        except (ValueError, TypeError):  # not written by this version: start over, loudly
+            self.note(f"{path}: its checkpoint is unreadable; reading it from its start")
+            return False
+        if (cp.dev, cp.ino) != (st.st_dev, st.st_ino) or st.st_size < cp.offset:
+            self.note(f"{path}: not the file last read; reading it from its start")
+            return False
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(bytes.fromhex(cp.head)))
+        except OSError:
+            return False
+        if head.hex() != cp.head:
+            self.note(f"{path}: rewritten since last read; reading it from its start")
+            return False
+        f.fmt = cp.fmt or fmt
+        f.lines = LineReader(offset=cp.offset, lineno=cp.lineno)
+        f.read_to, f.head = cp.offset, head
+        self._translator(f)
+        if f.tr is not None:
+            f.tr.restore(cp.state)
+        return True
+
+    def _step(self, f: _File, now: float, final: bool) -> None:
+        try:
+            st = f.path.stat()
+        except FileNotFoundError:
+            self._lose(f, "vanished; what was read of it is kept")
+            return
+        if (st.st_dev, st.st_ino) != (f.dev, f.ino):
+            self.note(f"{f.path}: replaced (rotated); reading the new file from its start")
+            f = self._restart(f, st)
+        elif st.st_size < f.read_to or not self._same_head(f):
+            self.note(f"{f.path}: truncated or rewritten; reading it again from its start")
+            f = self._restart(f, st)
+        if st.st_size > f.read_to and not f.refused:
+            self._read(f, st.st_size)
+            f.grew_at, f.flushed = now, False
+        quiet = now - f.grew_at >= QUIET_S
+        if f.tr is not None and not f.flushed and (quiet or final):
+            self._emit(f.tr.flush())
+            f.flushed = True
+            self._save(f)
+        elif f.lines.consumed and now - f.saved_at >= QUIET_S:
+            self._save(f)
+
+    def _same_head(self, f: _File) -> bool:
+        if not f.head:
+            return True
+        try:
+            with open(f.path, "rb") as fh:
+                return fh.read(len(f.head)) == f.head
+        except OSError:
+            return True  # gone: the next look says so
+
+    def _restart(self, f: _File, st: os.stat_result) -> _File:
+        if f.tr is not None:
+            self._emit(f.tr.flush())
+        fresh = self.files[f.path] = _File(f.path, self._root_fmt(f.path), st)
+        self._translator(fresh)
+        return fresh
+
+    def _translator(self, f: _File) -> None:
+        if f.fmt is not None:
+            f.tr = FORMATS[f.fmt](log=str(f.path), keep_args=self.keep_args)
+
+    def _root_fmt(self, path: Path) -> str | None:
+        for fmt, root in self.roots.items():
+            if root in path.parents:
+                return fmt
+        return None
+
+    def _lose(self, f: _File, why: str) -> None:
+        self._problem(Problem(str(f.path), 0, why))
+        if f.tr is not None:
+            self._emit(f.tr.flush())
+        self.files.pop(f.path, None)
+        self._gone.add(f.path)
+
+    def _read(self, f: _File, size: int) -> None:
+        try:
+            with open(f.path, "rb") as fh:
+                if len(f.head) < HEAD_BYTES:
+                    f.head = fh.read(HEAD_BYTES)
+                fh.seek(f.read_to)
+                while f.read_to < size and not f.refused:
+                    chunk = fh.read(min(CHUNK, size - f.read_to))
+                    if not chunk:
+                        break
+                    f.read_to += len(chunk)
+                    self.report.bytes += len(chunk)
+                    self._lines(f, f.lines.push(chunk))
+        except FileNotFoundError:
+            self._lose(f, "vanished while being read; what was read of it is kept")
+
+    def _lines(self, f: _File, numbered: Any) -> None:
+        for lineno, raw in numbered:
+            try:
+                rec = parse(raw)
+            except ValueError as exc:
+                self._problem(Problem(str(f.path), lineno, str(exc)))
+                continue
+            if rec is None:
+                continue
+            self.report.records += 1
+            if f.tr is None:
+                self._sniff(f, rec)
+            else:
+                self._emit(f.tr.feed(rec))
+            if f.refused:
+                return
+
+    def _sniff(self, f: _File, rec: Any) -> None:
+        f.sniffed.append(rec)
+        found = sniff(rec)
+        if found is None and len(f.sniffed) < SNIFF_LINES:
+            return
+        if found is None:
+            f.refused = True
+            self._problem(
+                Problem(str(f.path), 0, "not a Codex, Claude Code or Gemini CLI session file")
+            )
+            return
+        f.fmt = found
+        f.tr = FORMATS[found](log=str(f.path), keep_args=self.keep_args)
+        for r in f.sniffed:
+            self._emit(f.tr.feed(r))
+        f.sniffed = []
+
+    def _emit(self, events: list[Event]) -> None:
+        for ev in events:
+            self.sink(ev)
+        self.report.events += len(events)
+
+    def _problem(self, p: Problem) -> None:
+        self.report.problem(p)
+        self.on_problem(p)
+
+    def _save(self, f: _File) -> None:
+        if f.tr is None and not f.lines.consumed:
+            return
+        self.save(key(f.path), orjson.dumps(asdict(f.checkpoint())).decode())
+        f.saved_at = time.monotonic()
