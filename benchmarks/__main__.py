@@ -10,6 +10,7 @@ import platform
 from pathlib import Path
 
 from benchmarks import (
+    agentlogs,
     containment,
     instructions,
     integrations,
@@ -34,6 +35,7 @@ def main() -> None:
         watchdog.main,
         startup.main,
         integrations.main,
+        agentlogs.main,
         instructions.main,
     ):
         # Each section starts with no garbage of the one before: a full collection of another
