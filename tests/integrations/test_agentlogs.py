@@ -252,6 +252,7 @@ def test_explain_shows_the_interrupt_of_a_cli_session(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.replace("│", " ").split())  # the 80-column panel, unwrapped
     assert "Stop clicked source codex" in out
+    assert "019e286b-d32b-7240-b709-5a149b364dfc codex idle" in out  # the producer, not a mode
     assert "turn settled" in out
     assert "outcome aborted" in out
     assert "ran 4.02 s" in out

@@ -62,6 +62,7 @@ class Explanation:
     tools: list[ToolRow] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    source: str | None = None  # who wrote the session's events (an agent CLI), when known
 
     @property
     def total(self) -> float:
@@ -93,6 +94,7 @@ def build(
         row.state if row and row.turn == turn else names.STATE_IDLE,
         stop_at,
     )
+    ex.source = view.producer(conn, session)
     for st in steps:
         for move in st.moves:
             if move in _STEP_LABEL and not (move is Move.STOP and Move.RPC in st.moves):
@@ -163,6 +165,11 @@ def _detail(e: Event) -> str:
     return ", ".join(parts)
 
 
+def _offset(x: float) -> str:
+    """An offset from the stop, signed: a call released before the click shows ``-10.0 ms``."""
+    return ("+" if x >= 0 else "-") + seconds(abs(x))
+
+
 def _ago(s: float) -> str:
     s = max(0, int(s))
     return f"{s // 60} m {s % 60} s" if s >= 60 else f"{s} s"
@@ -214,14 +221,14 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         (ex.turn, "bold cyan"),
         ("  session ", ""),
         (ex.session, "cyan"),
-        (f"  mode {ex.mode}  ", ""),
+        (f"  {ex.source}  " if ex.source and ex.mode == "unknown" else f"  mode {ex.mode}  ", ""),
         (ex.state, "bold red" if ex.state == names.STATE_PINNED else "green"),
     )
     steps = Table(box=None, show_header=True, pad_edge=False)
     for col in ("offset", "step", ""):
         steps.add_column(col)
     for off, label, detail in ex.steps:
-        steps.add_row(f"+{seconds(off)}", label, Text(detail, style="dim"))
+        steps.add_row(_offset(off), label, Text(detail, style="dim"))
     # At 80 columns the class and the containment go (the policy says what a stop did), and the
     # bar narrows; nothing a reader needs is cut to an ellipsis.
     wide = console.width >= WIDE
@@ -237,7 +244,7 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
     wf.add_column("released", no_wrap=True, min_width=10)
     wf.add_column("timeline", no_wrap=True, min_width=bar_w, max_width=bar_w)
     for t in ex.tools:
-        released = f"+{seconds(t.end)}" if t.end is not None else "[bold red]still held[/]"
+        released = _offset(t.end) if t.end is not None else "[bold red]still held[/]"
         cells = [f"{t.tool} [dim]{_short(t.call, ex.turn)}[/]"]
         cells += (
             [t.tool_class, t.policy, _KEPT.get(t.containment or "", "-")] if wide else [t.policy]

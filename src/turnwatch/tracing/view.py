@@ -237,3 +237,14 @@ def find_turn(conn: sqlite3.Connection, ident: str) -> tuple[str, str] | None:
 def timeline(conn: sqlite3.Connection, session: str, turn: str) -> list[Event]:
     """Every event of one turn, in order (the stop's timeline is its tail from the click)."""
     return [ev for _seq, ev in read_events(conn, session=session, turn=turn)]
+
+
+def producer(conn: sqlite3.Connection, session: str) -> str | None:
+    """Who wrote the session's events, as its last ``runtime.started`` says (``attrs.source``:
+    an agent CLI, or an integration), or None."""
+    row = conn.execute(
+        "SELECT json_extract(attrs_json, '$.source') FROM events "
+        "WHERE session = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
+        (session, names.RUNTIME_STARTED),
+    ).fetchone()
+    return row[0] if row and isinstance(row[0], str) else None
