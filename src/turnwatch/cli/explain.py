@@ -157,7 +157,7 @@ def _detail(e: Event) -> str:
     ]
     if e.attrs.get(names.K_SETTLED_BY):
         parts.append(f"by {e.attrs[names.K_SETTLED_BY]}")
-    if e.kind == names.TURN_SETTLED and names.K_REASON in e.attrs:
+    if names.K_REASON in e.attrs:  # why an agent CLI's turn ended
         parts.append(f"reason {e.attrs[names.K_REASON]}")
     ran = e.attrs.get(names.K_DURATION_MS)
     if isinstance(ran, int | float):  # how long the turn ran, as an agent CLI logged it
