@@ -3,18 +3,30 @@ expected arcs, privacy, and bad input."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import turnwatch
 from tests.integrations import agent_arcs
 from turnwatch import names
-from turnwatch.integrations.agentlogs import NotASessionFile, Report, class_for, read_file
+from turnwatch.integrations.agentlogs import (
+    FORMATS,
+    NotASessionFile,
+    Report,
+    class_for,
+    read_file,
+)
+from turnwatch.integrations.agentlogs.base import BadRecord
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold
 from turnwatch.runtime.model import ToolClass
+from turnwatch.tracing.ingest import validator
 
 DATA = agent_arcs.DATA
 
@@ -256,3 +268,70 @@ def test_explain_shows_the_interrupt_of_a_cli_session(tmp_path: Path) -> None:
     assert "turn settled" in out
     assert "outcome aborted" in out
     assert "ran 4.02 s" in out
+
+
+# --- records of odd shapes: reported, never a crash; every event the schema's ---
+
+_ODD = st.sampled_from([None, "", 0, -1, 1.5, True, [], {}, "x" * 300, [None], {"type": None}])
+
+
+def _records_of(path: Path) -> list[object]:
+    return [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
+
+
+_REAL = {str(a.transcript): _records_of(a.transcript) for a in agent_arcs.arcs()}
+
+
+def _paths(rec: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Every place in a record a value sits: keys and indices, each node and leaf."""
+    out = [prefix] if prefix else []
+    if isinstance(rec, dict):
+        for k, v in rec.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(rec, list):
+        for n, v in enumerate(rec[:8]):
+            out += _paths(v, (*prefix, n))
+    return out
+
+
+def _set(rec: object, path: tuple[object, ...], odd: object) -> object:
+    if not path:
+        return odd
+    if isinstance(rec, dict):
+        return {**rec, path[0]: _set(rec[path[0]], path[1:], odd)}
+    assert isinstance(rec, list)
+    assert isinstance(path[0], int)
+    i = path[0]
+    return [*rec[:i], _set(rec[i], path[1:], odd), *rec[i + 1 :]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(_REAL)), st.data())
+def test_real_records_with_odd_fields_are_reported_never_a_crash(
+    transcript: str, data: st.DataObject
+) -> None:
+    """The real recordings, a few fields at a time given shapes no CLI wrote: every event the
+    adapter still emits fits the schema, and a record it cannot read is a BadRecord."""
+    records = list(_REAL[transcript])
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(records) - 1))
+        places = _paths(records[i])
+        if places:
+            records[i] = _set(records[i], data.draw(st.sampled_from(places)), data.draw(_ODD))
+    fmt = agent_arcs.CLIS[Path(transcript).relative_to(DATA).parts[0]]
+    tr = FORMATS[fmt]()
+    out: list[Event] = []
+    for rec in records:
+        with contextlib.suppress(BadRecord):
+            out += tr.feed(rec)
+    out += tr.flush()
+    check = validator()
+    for ev in out:
+        check(orjson.loads(orjson.dumps(ev.to_json())))
+
+
+def test_every_event_read_from_the_recordings_fits_the_schema() -> None:
+    check = validator()
+    for arc in agent_arcs.arcs():
+        for ev in events_of(arc.transcript):
+            check(orjson.loads(orjson.dumps(ev.to_json())))

@@ -93,17 +93,17 @@ def watch(
     positive("--grace", grace)
     recover = (not once) if recover is None else recover
     path = ledger_path(ledger)
-    follow = None
-    if agents:
-        from turnwatch.cli.agentscmd import roots
-
-        where = roots(codex_dir, claude_dir, gemini_dir)
-        follow = watchcmd.Agents(where, keep_args=keep_args, thread=not once)
     if (once and not agents) or path.exists():
         read_conn(path).close()  # exit 2 now if the ledger is unusable
     # The loop may start before any runtime has written a ledger (a service at boot): it makes
     # an empty one and watches it, rather than exiting and staying down.
     say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False))
+    follow = None
+    if agents:
+        from turnwatch.cli.agentscmd import roots
+
+        where = roots(codex_dir, claude_dir, gemini_dir)
+        follow = watchcmd.Agents(where, keep_args=keep_args, thread=not once, say=say)
     if not once:
         try:
             with exporter_config():

@@ -76,8 +76,16 @@ def make_watchdog(
 class Agents:
     """Following the agent CLIs' files from the watchdog: where, and how."""
 
-    def __init__(self, roots: Mapping[str, Path], *, keep_args: bool, thread: bool) -> None:
+    def __init__(
+        self,
+        roots: Mapping[str, Path],
+        *,
+        keep_args: bool,
+        thread: bool,
+        say: Callable[[str], None] = lambda _m: None,
+    ) -> None:
         self.roots = roots
+        self.say = say
         self.keep_args = keep_args
         self.thread = thread  # the loop: a thread reads between scans; --once: before the scan
         self._lock = threading.Lock()
@@ -94,7 +102,10 @@ class Agents:
 
         def run() -> None:
             while not stop.wait(FOLLOW_POLL_S):
-                self.poll(follower)
+                try:
+                    self.poll(follower)
+                except Exception as exc:
+                    self.say(f"following the agent CLIs' files: {type(exc).__name__}: {exc}")
 
         t = threading.Thread(target=run, name="turnwatch-agents", daemon=True)
         t.start()

@@ -10,6 +10,7 @@ user opted in to arguments (``keep_args``).
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
@@ -28,6 +29,20 @@ ARGS_CAP = 512
 NEXT_PROMPT = "next_prompt"
 
 
+#: The event schema's longest id (session, turn, call, tool name).
+MAX_ID = 256
+
+
+def ident(value: Any) -> str | None:
+    """A CLI's id as an event may carry it: a non-empty string; one over :data:`MAX_ID` is cut
+    and suffixed with its hash (still unique, still the same on every read); else None."""
+    if not isinstance(value, str) or not value:
+        return None
+    if len(value) <= MAX_ID:
+        return value
+    return value[:200] + "~" + hashlib.blake2b(value.encode(), digest_size=8).hexdigest()
+
+
 def when(stamp: Any) -> float | None:
     """Unix seconds of an ISO-8601 timestamp (``2026-05-14T21:37:13.049Z``), or None."""
     if not isinstance(stamp, str):
@@ -36,6 +51,10 @@ def when(stamp: Any) -> float | None:
         return datetime.fromisoformat(stamp).timestamp()
     except ValueError:
         return None
+
+
+class BadRecord(ValueError):
+    """A record whose fields the adapter cannot read."""
 
 
 class Translator:
@@ -64,12 +83,19 @@ class Translator:
     # --- reading ---
 
     def feed(self, obj: Any) -> list[Event]:
-        """The events one record makes (a record the adapter does not know is counted)."""
+        """The events one record makes (a record the adapter does not know is counted).
+
+        Raises :class:`BadRecord` for a record of a known type whose fields have shapes the
+        adapter cannot read (a CLI version that changed them): reported, never fatal.
+        """
         self._out = []
-        if isinstance(obj, dict):
-            self.take(obj)
-        else:
+        if not isinstance(obj, dict):
             self.unknown[type(obj).__name__] += 1
+            return self._out
+        try:
+            self.take(obj)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            raise BadRecord(f"record not understood ({type(exc).__name__}: {exc})") from None
         return self._out
 
     def take(self, rec: dict[str, Any]) -> None:
@@ -124,9 +150,10 @@ class Translator:
             return  # nothing can be said before the session is known
         self._out.append(Event(kind, self.session, ts, None, turn, call, tool, attrs or {}))
 
-    def announce(self, ts: float, session: str, version: Any = None) -> None:
+    def announce(self, ts: float, session: Any, version: Any = None) -> None:
         """The session is known: ``runtime.started`` with the producer (no pid: a log has none)."""
-        if self.session == session and self.announced:
+        session = ident(session)
+        if session is None or (self.session == session and self.announced):
             return
         self.session, self.announced = session, True
         attrs: dict[str, Any] = {names.K_SOURCE: self.source}
@@ -136,8 +163,9 @@ class Translator:
             attrs[names.K_LOG] = self.log
         self.emit(names.RUNTIME_STARTED, ts, attrs=attrs)
 
-    def begin_turn(self, ts: float, turn: str) -> None:
-        if self.turn_open and self.turn == turn:
+    def begin_turn(self, ts: float, turn: Any) -> None:
+        turn = ident(turn)
+        if turn is None or (self.turn_open and self.turn == turn):
             return
         if self.turn_open:
             self.end_turn(ts, Outcome.COMPLETED, reason=NEXT_PROMPT)
@@ -176,10 +204,11 @@ class Translator:
         self.end_turn(ts, Outcome.ABORTED, reason=reason, duration_ms=duration_ms)
 
     def call_started(
-        self, ts: float, call: str, tool: str, *, args: Any = None, background: bool = False
+        self, ts: float, call: Any, tool: Any, *, args: Any = None, background: bool = False
     ) -> None:
         """The model asked for a tool and the CLI ran it (the logs do not tell the two apart)."""
-        if call in self.calls or self.turn is None:
+        call, tool = ident(call), ident(tool) or "?"
+        if call is None or call in self.calls or self.turn is None:
             return
         if not self.turn_open:  # a call after the turn's end marker: the turn goes on
             self.turn_open = True
@@ -194,8 +223,9 @@ class Translator:
         self.emit(names.TOOL_REQUESTED, ts, turn=self.turn, call=call, tool=tool, attrs=attrs)
         self.emit(names.TOOL_STARTED, ts, turn=self.turn, call=call, tool=tool, attrs=started)
 
-    def call_ended(self, ts: float, call: str, outcome: Outcome) -> None:
-        tool = self.calls.pop(call, None)
+    def call_ended(self, ts: float, call: Any, outcome: Outcome) -> None:
+        call = ident(call)
+        tool = self.calls.pop(call, None) if call is not None else None
         if tool is None or self.turn is None:
             return  # a result for a call this reader never saw start (a file read from the middle)
         if outcome is Outcome.DENIED:

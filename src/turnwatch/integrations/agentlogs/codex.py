@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnwatch.integrations.agentlogs.base import Translator, text_of
+from turnwatch.integrations.agentlogs.base import Translator, ident, text_of
 from turnwatch.runtime.model import Outcome
 
 _CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
@@ -53,7 +53,7 @@ class Codex(Translator):
         what = p.get("type")
         turn = p.get("turn_id")
         if what == "task_started":
-            self.begin_turn(ts, turn if isinstance(turn, str) else f"{self.session}.turn@{ts}")
+            self.begin_turn(ts, ident(turn) or f"{self.session}.turn@{ts}")
         elif what == "task_complete":
             if turn is None or turn == self.turn:
                 self.end_turn(ts, Outcome.COMPLETED, duration_ms=p.get("duration_ms"))

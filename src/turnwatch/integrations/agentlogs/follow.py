@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from turnwatch.integrations.agentlogs.base import Translator
+from turnwatch.integrations.agentlogs.base import BadRecord, Translator
 from turnwatch.integrations.agentlogs.formats import FORMATS, session_files, sniff
 from turnwatch.integrations.agentlogs.lines import CHUNK, LineReader
 from turnwatch.integrations.agentlogs.reader import SNIFF_LINES, Problem, Report, parse
@@ -264,8 +264,11 @@ class Follower:
             self.report.records += 1
             if f.tr is None:
                 self._sniff(f, rec)
-            else:
+                continue
+            try:
                 self._emit(f.tr.feed(rec))
+            except BadRecord as exc:
+                self._problem(Problem(str(f.path), lineno, str(exc)))
             if f.refused:
                 return
 
@@ -283,7 +286,10 @@ class Follower:
         f.fmt = found
         f.tr = FORMATS[found](log=str(f.path), keep_args=self.keep_args)
         for r in f.sniffed:
-            self._emit(f.tr.feed(r))
+            try:
+                self._emit(f.tr.feed(r))
+            except BadRecord as exc:
+                self._problem(Problem(str(f.path), 0, str(exc)))
         f.sniffed = []
 
     def _emit(self, events: list[Event]) -> None:

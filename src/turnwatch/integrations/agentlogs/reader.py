@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from turnwatch.integrations.agentlogs.base import Translator
+from turnwatch.integrations.agentlogs.base import BadRecord, Translator
 from turnwatch.integrations.agentlogs.formats import FORMATS, sniff
 from turnwatch.integrations.agentlogs.lines import CHUNK, LineReader, Oversized
 from turnwatch.runtime.events import Event
@@ -108,9 +108,13 @@ def read_file(
                 )
         tr: Translator = FORMATS[fmt](log=name, keep_args=keep_args)
         seen = 0
-        for _lineno, rec in [*first, *numbered]:
+        for lineno, rec in [*first, *numbered]:
             seen += 1
-            out = tr.feed(rec)
+            try:
+                out = tr.feed(rec)
+            except BadRecord as exc:
+                report.problem(Problem(name, lineno, str(exc)))
+                continue
             report.events += len(out)
             for ev in out:
                 sink(ev)
