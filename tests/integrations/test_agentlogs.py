@@ -97,6 +97,8 @@ def test_claude_code_denial_and_both_interrupt_markers() -> None:
     evs = events_of(one("claudecode/regressions/07-tool-denial-and-esc-db57d2ab"))
     denied = [e for e in evs if e.kind == names.PERMISSION_DENIED]
     assert [e.call for e in denied] == ["toolu_01FUU3kHfh1aksNtQQSYSuse"]
+    asked = [e for e in evs if e.kind == names.PERMISSION_REQUESTED]
+    assert [(e.call, e.ts_unix) for e in asked] == [(denied[0].call, denied[0].ts_unix)]
     fin = {e.call: e.attrs[names.K_OUTCOME] for e in evs if e.kind == names.TOOL_FINISHED}
     assert fin == {
         "toolu_01FUU3kHfh1aksNtQQSYSuse": "denied",

@@ -144,6 +144,7 @@ def test_bad_lines_oversized_lines_and_unknown_records_never_stop_it(tmp_path: P
     h = Harness("codex", tmp_path)
     h.f.poll()
     h.f.close()
+    assert h.notes[-1] == "records of types turnwatch does not read: brand_new ×1"
     assert [(p.lineno, p.reason.split(":")[0]) for p in h.problems] == [
         (4, "not UTF-8"),
         (5, "line is 34603033 bytes, over the 33554432 limit; skipped"),

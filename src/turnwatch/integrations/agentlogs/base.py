@@ -229,6 +229,9 @@ class Translator:
         if tool is None or self.turn is None:
             return  # a result for a call this reader never saw start (a file read from the middle)
         if outcome is Outcome.DENIED:
+            # A denial means a prompt was shown; the logs write only its answer, so both are
+            # recorded at the answer's time.
+            self.emit(names.PERMISSION_REQUESTED, ts, turn=self.turn, call=call, tool=tool)
             self.emit(
                 names.PERMISSION_DENIED,
                 ts,

@@ -127,6 +127,11 @@ class Follower:
         self.poll(final=True)
         for f in self.files.values():
             self._save(f)
+            if f.tr is not None:
+                self.report.unknown.update(f.tr.unknown)
+        if self.report.unknown:  # counted, never fatal: a newer CLI writes record types we skip
+            kinds = ", ".join(f"{k} ×{n}" for k, n in self.report.unknown.most_common(5))
+            self.note(f"records of types turnwatch does not read: {kinds}")
 
     # --- internals ---
 
