@@ -111,6 +111,7 @@ K_LOG: Final = "log"
 K_DURATION_MS: Final = "duration_ms"
 K_BACKGROUND: Final = "background"
 K_ARGS: Final = "args"
+K_PROJECT: Final = "project"
 #: Every key an event's ``attrs`` may carry: a producer emitting another is a defect.
 EVENT_ATTRIBUTES: Final = frozenset(
     {
@@ -157,6 +158,7 @@ EVENT_ATTRIBUTES: Final = frozenset(
         K_DURATION_MS,
         K_BACKGROUND,
         K_ARGS,
+        K_PROJECT,
     }
 )
 
@@ -240,6 +242,7 @@ F_ORPHAN_TOOL_PROCESS: Final = "orphan_tool_process"
 F_AWAIT_OVERDUE: Final = "await_overdue"
 F_ACTIVITY_AFTER_SETTLE: Final = "activity_after_settle"
 F_PERMISSION_AFTER_STOP: Final = "permission_after_stop"
+F_BACKGROUND_PROCESS: Final = "background_process"
 FINDING_KINDS: Final = (
     F_ABORTED_WITH_LIVE_PROCESS,
     F_PINNED_SESSION,
@@ -248,6 +251,7 @@ FINDING_KINDS: Final = (
     F_AWAIT_OVERDUE,
     F_ACTIVITY_AFTER_SETTLE,
     F_PERMISSION_AFTER_STOP,
+    F_BACKGROUND_PROCESS,
 )
 
 # --- Session states (design §7) ---

@@ -1,6 +1,7 @@
 """The agent CLIs' session files into the ledger, spans and metrics: read once (``turnwatch
 ingest``: files and directories, each file's format named or detected), or followed as the CLIs
-write them (``turnwatch watch --agents``)."""
+write them, with the CLIs' processes attributed to their sessions (``turnwatch watch
+--agents``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from turnwatch.integrations.agentlogs import (
 )
 from turnwatch.integrations.agentlogs.follow import Follower
 from turnwatch.tracing.ledger import Ledger, connect, get_meta
+from turnwatch.watchdog.agentprocs import Attributor
 
 #: ``--format`` values: the foreign-runtime event lines, or one of the CLIs.
 EVENTS = "events"
@@ -79,32 +81,41 @@ def roots(
     return out
 
 
-def make_follower(
-    ledger: Ledger,
-    where: Mapping[str, Path],
-    *,
-    keep_args: bool,
-    say: Callable[[str], None],
-) -> tuple[Follower, Callable[[], None]]:
-    """A follower of the CLIs' files into ``ledger`` (deduplicated: a line read twice is
-    recorded once), its places kept in the ledger; and what closes it."""
-    conn = connect(ledger.path, readonly=True)
+class AgentWatch:
+    """The agent CLIs seen two ways: their files, followed into the ledger, and their processes,
+    attributed to the sessions those files name (``watchdog.agentprocs``)."""
 
-    def load(k: str) -> str | None:
-        return get_meta(conn, k)
+    def __init__(
+        self,
+        ledger: Ledger,
+        where: Mapping[str, Path],
+        *,
+        keep_args: bool,
+        say: Callable[[str], None],
+    ) -> None:
+        self.ledger = ledger
+        self.conn = connect(ledger.path, readonly=True)
+        self.follower = Follower(
+            where,
+            lambda ev: ledger.append(ev, dedup=True),
+            load=self._load,
+            save=ledger.put_meta,
+            on_problem=lambda p: say(str(p)),
+            note=say,
+            keep_args=keep_args,
+        )
+        self.attributor = Attributor(ledger.append, say=say)
 
-    follower = Follower(
-        where,
-        lambda ev: ledger.append(ev, dedup=True),
-        load=load,
-        save=ledger.put_meta,
-        on_problem=lambda p: say(str(p)),
-        note=say,
-        keep_args=keep_args,
-    )
+    def _load(self, key: str) -> str | None:
+        return get_meta(self.conn, key)
 
-    def close() -> None:
-        follower.close()
-        conn.close()
+    def poll(self, *, final: bool = False) -> None:
+        """Read what the files gained; then, with it recorded, look at the processes."""
+        self.follower.poll(final=final)
+        self.ledger.flush(timeout=10)
+        self.attributor.step(self.conn)
+        self.ledger.flush(timeout=10)
 
-    return follower, close
+    def close(self) -> None:
+        self.follower.close()
+        self.conn.close()

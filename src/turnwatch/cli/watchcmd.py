@@ -14,7 +14,6 @@ from turnwatch.cli import agentscmd
 from turnwatch.cli.follow import build
 from turnwatch.exporters import http
 from turnwatch.exporters.otel import tracer_provider
-from turnwatch.integrations.agentlogs.follow import Follower
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
@@ -45,14 +44,14 @@ def make_watchdog(
     )
     stop_following: Callable[[], None] | None = None
     flush: Callable[[], object] = ledger.flush
+    also = None
     if agents is not None:
-        follower, close_follower = agentscmd.make_follower(
-            ledger, agents.roots, keep_args=agents.keep_args, say=say
-        )
-        stop_following = agents.start(follower, close_follower)
+        watch = agentscmd.AgentWatch(ledger, agents.roots, keep_args=agents.keep_args, say=say)
+        stop_following = agents.start(watch)
+        also = watch.attributor.findings
 
-        def flush() -> object:  # what the CLIs wrote so far, recorded before the scan
-            agents.poll(follower)
+        def flush() -> object:  # what the CLIs wrote and ran so far, recorded before the scan
+            agents.poll(watch)
             return ledger.flush()
 
     def close() -> None:
@@ -70,6 +69,7 @@ def make_watchdog(
         dry_run=dry_run,
         observe_scan=observe_scan,
         say=say,
+        also=also,
     ), close
 
 
@@ -90,20 +90,20 @@ class Agents:
         self.thread = thread  # the loop: a thread reads between scans; --once: before the scan
         self._lock = threading.Lock()
 
-    def poll(self, follower: Follower, *, final: bool = False) -> None:
+    def poll(self, watch: agentscmd.AgentWatch, *, final: bool = False) -> None:
         with self._lock:
-            follower.poll(final=final or not self.thread)
+            watch.poll(final=final or not self.thread)
 
-    def start(self, follower: Follower, close: Callable[[], None]) -> Callable[[], None]:
+    def start(self, watch: agentscmd.AgentWatch) -> Callable[[], None]:
         """Start following; return what stops it (and saves every file's place)."""
         if not self.thread:
-            return close
+            return watch.close
         stop = threading.Event()
 
         def run() -> None:
             while not stop.wait(FOLLOW_POLL_S):
                 try:
-                    self.poll(follower)
+                    self.poll(watch)
                 except Exception as exc:
                     self.say(f"following the agent CLIs' files: {type(exc).__name__}: {exc}")
 
@@ -114,7 +114,7 @@ class Agents:
             stop.set()
             t.join()
             with self._lock:
-                close()
+                watch.close()
 
         return halt
 

@@ -52,7 +52,10 @@ class Cycle:
             for a in self.actions
             if a.result in (RecoveryResult.OK, RecoveryResult.SKIPPED)
         }
-        return [f for f in self.findings if id(f) not in done]
+        # A background process runs by design: reported, never a reason to page anyone.
+        return [
+            f for f in self.findings if id(f) not in done and f.kind != names.F_BACKGROUND_PROCESS
+        ]
 
 
 class Watchdog:
@@ -71,8 +74,11 @@ class Watchdog:
         rate_per_min: int = DEFAULT_RATE_PER_MIN,
         observe_scan: Callable[[float], None] | None = None,
         say: Callable[[str], None] = lambda _m: None,
+        also: Callable[[], list[Finding]] | None = None,
     ) -> None:
         self.ledger = ledger
+        #: Findings from outside the ledger (background processes of the agent CLIs).
+        self.also = also
         self.sink = sink
         self.cfg = cfg
         self.recover = recover
@@ -104,6 +110,8 @@ class Watchdog:
             result = scan(conn, cfg=self.cfg)
         finally:
             conn.close()
+        if self.also is not None:
+            result.findings += self.also()
         if self.observe_scan is not None:
             self.observe_scan(result.duration_s)
         return result

@@ -171,8 +171,10 @@ def _recorded_processes(
         ]
     runtimes = (
         {
-            r["session"]: (r["runtime_pid"], r["runtime_create_time"])
-            for r in conn.execute("SELECT session, runtime_pid, runtime_create_time FROM sessions")
+            r["session"]: (r["runtime_pid"], r["runtime_create_time"], r["turn"], r["stop_ts"])
+            for r in conn.execute(
+                "SELECT session, runtime_pid, runtime_create_time, turn, stop_ts FROM sessions"
+            )
         }
         if candidates
         else {}
@@ -180,7 +182,10 @@ def _recorded_processes(
     for session, c in candidates:
         if c.cgroup is not None or not table.alive(c.pid, c.create_time):
             continue  # a cgroup call is judged by its cgroup, below
-        rpid, rct = runtimes.get(session, (None, None))
+        rpid, rct, turn, stop_ts = runtimes.get(session, (None, None, None, None))
+        # A stopped turn's process no runtime sent an abort (an agent CLI's interrupt): left
+        # behind, an orphan of its turn once the grace window has passed.
+        left = c.abort_ts is None and turn == c.turn and stop_ts is not None
         # Mutating and extension processes are never signalled.
         signalable = c.policy == Policy.GRACE.value
         if rpid is not None and not table.alive(rpid, rct):
@@ -192,6 +197,19 @@ def _recorded_processes(
                     c.started_ts,
                     f"{c.tool} pid {c.pid} lives; its runtime pid {rpid} is gone",
                     Action.TERMINATE if signalable else Action.REPORT_AWAITED,
+                )
+            )
+        elif signalable and left and _age(now, stop_ts) > cfg.past_grace_s:
+            out.append(
+                _about(
+                    names.F_ORPHAN_TOOL_PROCESS,
+                    session,
+                    c,
+                    stop_ts,
+                    f"{c.tool} pid {c.pid} still alive "
+                    f"{_age(now, stop_ts) - cfg.grace_s:.0f} s after the grace window; "
+                    "the interrupt left it behind",
+                    Action.TERMINATE,
                 )
             )
         elif signalable and c.abort_ts is not None and _age(now, c.abort_ts) > cfg.past_grace_s:

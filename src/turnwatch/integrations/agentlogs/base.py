@@ -43,6 +43,11 @@ def ident(value: Any) -> str | None:
     return value[:200] + "~" + hashlib.blake2b(value.encode(), digest_size=8).hexdigest()
 
 
+def project_of(directory: str) -> str:
+    """The SHA-256 (hex) of a working directory, as Gemini CLI's ``projectHash`` is made."""
+    return hashlib.sha256(directory.encode()).hexdigest()
+
+
 def when(stamp: Any) -> float | None:
     """Unix seconds of an ISO-8601 timestamp (``2026-05-14T21:37:13.049Z``), or None."""
     if not isinstance(stamp, str):
@@ -150,8 +155,12 @@ class Translator:
             return  # nothing can be said before the session is known
         self._out.append(Event(kind, self.session, ts, None, turn, call, tool, attrs or {}))
 
-    def announce(self, ts: float, session: Any, version: Any = None) -> None:
-        """The session is known: ``runtime.started`` with the producer (no pid: a log has none)."""
+    def announce(
+        self, ts: float, session: Any, version: Any = None, *, cwd: Any = None, project: Any = None
+    ) -> None:
+        """The session is known: ``runtime.started`` with the producer (no pid: a log has none)
+        and its ``project``, the SHA-256 of the CLI's working directory (given, or of ``cwd``):
+        how the watchdog finds the CLI's process without the ledger keeping a path."""
         session = ident(session)
         if session is None or (self.session == session and self.announced):
             return
@@ -159,6 +168,10 @@ class Translator:
         attrs: dict[str, Any] = {names.K_SOURCE: self.source}
         if isinstance(version, str):
             attrs[names.K_VERSION] = version
+        if isinstance(cwd, str) and cwd:
+            project = project_of(cwd)
+        if isinstance(project, str) and project:
+            attrs[names.K_PROJECT] = project
         if self.log is not None:
             attrs[names.K_LOG] = self.log
         self.emit(names.RUNTIME_STARTED, ts, attrs=attrs)
@@ -210,8 +223,9 @@ class Translator:
         call, tool = ident(call), ident(tool) or "?"
         if call is None or call in self.calls or self.turn is None:
             return
-        if not self.turn_open:  # a call after the turn's end marker: the turn goes on
-            self.turn_open = True
+        # A call written after its turn's end (Gemini CLI writes a call its cancel ended a
+        # moment after "Request cancelled.") stays in that turn, which stays settled: the
+        # fold reads its activity as after the settle, which it is.
         self.calls[call] = tool
         cls = class_for(self.source, tool)
         attrs: dict[str, Any] = {names.K_CLASS: cls.value}

@@ -48,8 +48,10 @@ class ClaudeCode(Translator):
         kind = rec.get("type")
         sid = rec.get("sessionId")
         ts = self.at(rec.get("timestamp"))
-        if isinstance(sid, str) and sid and sid != self.session:
-            self.announce(ts, sid, rec.get("version"))
+        if isinstance(sid, str) and sid and sid != self.session and "cwd" in rec:
+            # Announced with the first record that says where the CLI runs (the first lines,
+            # permission-mode and the like, do not): the watchdog needs that to find it.
+            self.announce(ts, sid, rec.get("version"), cwd=rec.get("cwd"))
         if kind == "user":
             self._user(ts, rec)
         elif kind == "assistant":

@@ -41,7 +41,7 @@ class Codex(Translator):
         if kind == "session_meta":
             sid = p.get("id") or p.get("session_id")
             if isinstance(sid, str) and sid:
-                self.announce(ts, sid, p.get("cli_version"))
+                self.announce(ts, sid, p.get("cli_version"), cwd=p.get("cwd"))
         elif kind == "event_msg":
             self._event(ts, p)
         elif kind == "response_item":

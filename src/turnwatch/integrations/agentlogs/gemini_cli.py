@@ -55,7 +55,7 @@ class GeminiCli(Translator):
         if kind is None and "sessionId" in rec:
             sid = rec["sessionId"]
             if isinstance(sid, str) and sid:
-                self.announce(self.at(rec.get("startTime")), sid)
+                self.announce(self.at(rec.get("startTime")), sid, project=rec.get("projectHash"))
             return
         ts = self.at(rec.get("timestamp"))
         rid = rec.get("id")
@@ -115,7 +115,10 @@ class GeminiCli(Translator):
     def _reply(self, ts: float, rec: dict[str, Any], rid: Any) -> None:
         calls = rec.get("toolCalls")
         if not calls:
-            if isinstance(rid, str) and not self.calls:
+            # A reply with text and no tool calls ends the turn, once the next record shows it
+            # was not rewritten with its tool calls. One without text is the model turning to
+            # its tools: 0.61 writes it before it runs them, then again with them when done.
+            if isinstance(rid, str) and not self.calls and text_of(rec.get("content")).strip():
                 self.ending = (rid, ts)
             return
         self.ending = None

@@ -1,0 +1,250 @@
+"""What an interrupted agent CLI leaves running, found from its processes and recovered, with
+the real Gemini CLI driven offline. A decoy with the same command line outside the CLI's tree
+is never signalled, nor is the CLI itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.watchdog import agent_clis
+from turnwatch import names
+
+pytestmark = pytest.mark.slow
+
+
+def rows(ledger: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
+    if not ledger.exists():
+        return []
+    conn = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
+def wait_for(what: str, check: object, timeout: float = 60.0) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()  # type: ignore[operator]
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int, create_time: float) -> bool:
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE and abs(p.create_time() - create_time) < 0.05
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture
+def watchdog(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """``turnwatch watch --agents`` over the test's Gemini home, recovering, grace 1 s."""
+    ledger = tmp_path / "ledger.sqlite3"
+    none = tmp_path / "none"
+    exe = Path(sys.executable).with_name("turnwatch")
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "watch",
+            "--agents",
+            "--ledger",
+            str(ledger),
+            "--interval",
+            "0.5",
+            "--grace",
+            "1",
+            "--metrics-addr",
+            "",
+            "--gemini-dir",
+            str(tmp_path / "home" / ".gemini" / "tmp"),
+            "--codex-dir",
+            str(none),
+            "--claude-dir",
+            str(none),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield ledger, proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _out, err = proc.communicate()
+        print(err)
+
+
+@pytest.mark.parametrize(
+    "command", ["sleep 1000", "trap '' TERM; sleep 1000"], ids=["sleep", "ignores-TERM"]
+)
+def test_gemini_headless_ctrl_c_leaves_the_command_running_and_the_watchdog_ends_it(
+    tmp_path: Path, watchdog: tuple[Path, subprocess.Popen[str]], command: str
+) -> None:
+    exe = agent_clis.gemini()
+    ledger, _watch = watchdog
+    _home, project, responses, env = agent_clis.gemini_home(tmp_path, command)
+    # The decoy: the same command line, outside the CLI's tree. It must outlive everything.
+    decoy = subprocess.Popen(["/usr/bin/bash", "-c", command], cwd=project, start_new_session=True)
+    cli = subprocess.Popen(
+        [
+            str(exe),
+            "-p",
+            "run it",
+            "--yolo",
+            "--skip-trust",
+            "--fake-responses-non-strict",
+            str(responses),
+            "-o",
+            "json",
+        ],
+        cwd=project,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own terminal session: Ctrl-C goes to its group
+    )
+    try:
+        cli_started = psutil.Process(cli.pid).create_time()
+        recorded = wait_for(
+            "the CLI's shell recorded",
+            lambda: rows(
+                ledger,
+                "SELECT pid, create_time, session FROM calls WHERE pid IS NOT NULL",
+            ),
+        )
+        (shell_pid, shell_ct, session) = recorded[0]  # type: ignore[index]
+        assert isinstance(shell_pid, int)
+        assert isinstance(shell_ct, float)
+        runtime = rows(ledger, "SELECT runtime_pid FROM sessions WHERE session = ?", session)
+        assert runtime == [(cli.pid,)]  # the CLI attributed by its command line and project
+        sleeper = wait_for(
+            "the sleep",
+            lambda: list(psutil.Process(shell_pid).children(recursive=True)),
+        )[0]  # type: ignore[index]
+
+        os.killpg(cli.pid, signal.SIGINT)  # Ctrl-C in the CLI's terminal
+        assert cli.wait(timeout=30) is not None
+        # The field bug, reproduced: the CLI is gone, its command lives on.
+        assert alive(sleeper.pid, sleeper.create_time())
+
+        wait_for(
+            "the left-behind command ended",
+            lambda: (
+                not alive(shell_pid, shell_ct) and not alive(sleeper.pid, sleeper.create_time())
+            ),
+            timeout=60,
+        )
+        kinds = {
+            r[0]
+            for r in rows(
+                ledger,
+                "SELECT json_extract(attrs_json, '$.finding') FROM events WHERE kind = ?",
+                names.WATCHDOG_FINDING,
+            )
+        }
+        assert kinds & {names.F_ORPHAN_TOOL_PROCESS, names.F_PINNED_SESSION}
+        assert rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED)
+        # Nothing else was touched: the decoy with the same command line lives.
+        assert decoy.poll() is None
+        assert cli_started > 0
+    finally:
+        for p in (cli, decoy):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def test_gemini_interactive_esc_kills_its_command_and_the_watchdog_touches_nothing(
+    tmp_path: Path, watchdog: tuple[Path, subprocess.Popen[str]]
+) -> None:
+    """In a terminal, Esc cancels the request: the CLI ends its command and logs the cancel.
+    turnwatch records the stop, finds nothing left running, and signals nothing."""
+    exe = agent_clis.gemini()
+    ledger, _watch = watchdog
+    _home, project, responses, env = agent_clis.gemini_home(tmp_path, "sleep 1000")
+    decoy = subprocess.Popen(["/usr/bin/bash", "-c", "sleep 1000"], start_new_session=True)
+    argv = [str(exe), "-i", "run it", "--yolo", "--skip-trust"]
+    argv += ["--fake-responses-non-strict", str(responses)]
+    cli, screen = pty_spawn(argv, cwd=project, env=env)
+    try:
+        shell = wait_for(
+            "the CLI's shell recorded",
+            lambda: rows(ledger, "SELECT pid, create_time FROM calls WHERE pid IS NOT NULL"),
+        )[0]  # type: ignore[index]
+        sleeper = wait_for(
+            "the sleep",
+            lambda: list(psutil.Process(shell[0]).children(recursive=True)),
+        )[0]  # type: ignore[index]
+        os.write(screen, b"\x1b")  # Esc
+        wait_for(
+            "the CLI to end its command", lambda: not alive(sleeper.pid, sleeper.create_time())
+        )
+        wait_for(
+            "the cancel read from the log",
+            lambda: rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.STOP_CLICKED),
+        )
+        time.sleep(3.0)  # two scans past the 1 s grace window
+        kinds = {
+            r[0]
+            for r in rows(
+                ledger,
+                "SELECT json_extract(attrs_json, '$.finding') FROM events WHERE kind = ?",
+                names.WATCHDOG_FINDING,
+            )
+        }
+        assert not kinds & {names.F_ORPHAN_TOOL_PROCESS, names.F_ABORTED_WITH_LIVE_PROCESS}
+        assert rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED) == []
+        assert psutil.pid_exists(cli)  # the CLI itself, untouched, waits for the next prompt
+        assert decoy.poll() is None
+    finally:
+        os.kill(cli, signal.SIGKILL)
+        os.waitpid(cli, 0)
+        os.close(screen)
+        decoy.kill()
+        decoy.wait()
+
+
+def pty_spawn(argv: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, int]:
+    """``argv`` in a new terminal, its output drained in a thread: (pid, the terminal's fd)."""
+    import pty
+    import threading
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec, or exit without running any of pytest's cleanup
+        try:
+            os.chdir(cwd)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+
+    def drain() -> None:
+        try:
+            while os.read(fd, 65536):
+                pass
+        except OSError:
+            return
+
+    threading.Thread(target=drain, daemon=True).start()
+    return pid, fd
