@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean phoenix
+.PHONY: test demo bench lint typecheck clean phoenix agent-clis
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ lint: $(STAMP)
 # own under ~/.cache/turnwatch (about 850 MB, kept between runs); without it those tests skip.
 phoenix:
 	$(PYTHON) -m tests.exporters.phoenix
+
+# The real agent CLIs the watchdog's tests drive offline (Gemini CLI; npm, about 100 MB, into
+# .cache/agent-clis); without them those tests skip.
+agent-clis:
+	npm install --no-audit --no-fund --prefix .cache/agent-clis @google/gemini-cli@0.61.0
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

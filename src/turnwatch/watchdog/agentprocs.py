@@ -8,12 +8,13 @@ call only once it ended). So the watchdog looks at the processes themselves:
 - A session's CLI is the process of that CLI (its command line) whose working directory hashes
   to the session's ``project`` and that started before the session's turn. When two could be,
   the one holding the session file open decides; if none or both do, nothing is attributed.
-- Its tool processes are the shells it started (``bash -c …``) inside the turn's window. Each is
-  recorded as a ``process`` call of the turn, with its pid and start time: from then on the scan
-  judges it as any recorded tool process (an orphan once the CLI is gone, or the grace window
-  after the turn was interrupted), and recovery ends it only while pid and start time still
-  match. The CLI itself, the user's shell and anything outside the CLI's tree are never recorded.
-- A shell started inside a call the CLI declared as background (``run_in_background``,
+- Its tool processes are the commands it started inside the turn's window: processes leading
+  their own process group, or shells running a command string. Each is recorded as a
+  ``process`` call of the turn, with its pid and start time: from then on the scan judges it as
+  any recorded tool process (an orphan once the CLI is gone, or the grace window after the turn
+  was interrupted), and recovery ends it only while pid and start time still match. The CLI
+  itself, the user's shell and anything outside the CLI's tree are never recorded.
+- A command started inside a call the CLI declared as background (``run_in_background``,
   ``is_background``) is reported as ``background_process``, never recorded, never signalled.
 """
 
@@ -281,25 +282,31 @@ class Attributor:
     # --- its tool processes ---
 
     def _look(self, w: Watched, table: ProcessTable, now: float) -> None:
-        """Shells the CLI started in the turn's window: seen once, recorded when confirmed."""
+        """Commands the CLI started in the turn's window: seen once, recorded when confirmed.
+
+        A command is a process the CLI started that leads its own process group (the shell
+        tools run each command as one, so that they can end its whole tree) or a shell running
+        a command string; the topmost in each branch only, since what runs below it is its
+        group or its tree. The CLI's own helpers (MCP servers, language servers) stay in the
+        CLI's group and were started before the turn: never recorded.
+        """
         assert w.cli is not None
         if w.turn is None or w.turn_started is None:
             return
         end = (w.settled_ts if not w.processing and w.settled_ts else now) + SLACK_S
-        for p in table.descendants(w.cli[0]):
+        covered: set[int] = set()
+        for p in table.descendants(w.cli[0]):  # parents before their children
+            if p.ppid in covered:
+                covered.add(p.pid)
+                continue
+            if not (p.pgrp == p.pid or is_shell_command(self._args(p))):
+                continue
+            covered.add(p.pid)
             key = (p.pid, p.create_time)
             if key in self._seen or key in self._pending or key in self.background:
                 continue
-            if not (w.turn_started - SLACK_S <= p.create_time <= end):
-                continue
-            parent = table.get(p.ppid)
-            if not is_shell_command(self._args(p)) or (
-                parent is not None
-                and parent.pid != w.cli[0]
-                and is_shell_command(self._args(parent))
-            ):
-                continue  # not a shell, or a shell inside one already seen
-            self._pending[key] = (w, now)
+            if w.turn_started - SLACK_S <= p.create_time <= end:
+                self._pending[key] = (w, now)
 
     def _confirm(self, conn: Any, table: ProcessTable, now: float) -> int:
         n = 0
