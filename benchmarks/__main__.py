@@ -11,6 +11,7 @@ from pathlib import Path
 
 from benchmarks import (
     agentlogs,
+    agentprocs,
     containment,
     instructions,
     integrations,
@@ -36,6 +37,7 @@ def main() -> None:
         startup.main,
         integrations.main,
         agentlogs.main,
+        agentprocs.main,
         instructions.main,
     ):
         # Each section starts with no garbage of the one before: a full collection of another

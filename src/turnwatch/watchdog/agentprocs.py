@@ -144,17 +144,23 @@ class Attributor:
         self.background: dict[tuple[int, float], Finding] = {}
         self._noted: set[str] = set()
         self._loaded = False
+        self._clis: dict[str, list[Proc]] | None = None
 
     # --- one pass ---
 
     def step(self, conn: Any, table: ProcessTable | None = None, now: float | None = None) -> int:
         """Look once; return how many events were recorded."""
         now = time.time() if now is None else now
-        table = table or ProcessTable.scan()
         watched = self._watched(conn, now)
         if not self._loaded:
             self._load(conn, watched)
+        if not (
+            any(w.processing for w in watched) or self._mine or self._pending or self.background
+        ):
+            return 0  # no turn running, nothing recorded alive: /proc is not read at all
+        table = table or ProcessTable.scan()
         n = 0
+        self._clis = None  # each CLI's processes, listed once per pass when first needed
         for w in watched:
             if w.cli is None or not table.alive(*w.cli):
                 n += self._attribute(w, table)
@@ -236,15 +242,11 @@ class Attributor:
         if not w.processing:
             return 0  # a settled turn's CLI is looked for only while it has work
         before = (w.turn_started or time.time()) + SLACK_S
-        uid = os.getuid()
         found = [
             p
-            for p in table.procs.values()
-            if p.uid == uid
-            and not p.zombie
-            and p.create_time <= before
+            for p in self._cli_procs(table).get(w.source, ())
+            if p.create_time <= before
             and (w.cli is None or p.create_time > w.cli[1])  # a new CLI of the session
-            and is_cli(w.source, self._args(p))
             and (cwd := self._dir(p)) is not None
             and in_project(w.project, cwd)
         ]
@@ -365,6 +367,21 @@ class Attributor:
         return n
 
     # --- caches ---
+
+    def _cli_procs(self, table: ProcessTable) -> dict[str, list[Proc]]:
+        """This user's processes of each CLI: one look at every command line per pass (and
+        each command line read once in its process's life)."""
+        if self._clis is None:
+            uid = os.getuid()
+            self._clis = {}
+            for p in table.procs.values():
+                if p.uid != uid or p.zombie:
+                    continue
+                argv = self._args(p)
+                for source in CLI_NAMES:
+                    if is_cli(source, argv):
+                        self._clis.setdefault(source, []).append(p)
+        return self._clis
 
     def _args(self, p: Proc) -> list[str]:
         key = (p.pid, p.create_time)
