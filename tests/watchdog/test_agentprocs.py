@@ -152,7 +152,10 @@ def test_an_interrupted_turn_s_shell_is_ended_and_never_the_cli(
     assert dry.returncode == 1
     assert f'"kind": "{names.F_ORPHAN_TOOL_PROCESS}"' in dry.stdout
     assert shell.is_running()  # looking never kills
-    done = turnwatch("watch", "--once", "--recover", "--grace", "1", "--ledger", str(harness.path))
+    plan = turnwatch("recover", "cc-1", "--dry-run", "--grace", "1", "--ledger", str(harness.path))
+    assert f"{names.F_ORPHAN_TOOL_PROCESS}: would terminate" in plan.stdout
+    assert shell.is_running()
+    done = turnwatch("recover", "cc-1", "--yes", "--grace", "1", "--ledger", str(harness.path))
     assert done.returncode == 0, done.stdout + done.stderr
     wait_until(lambda: not shell.is_running() or shell.status() == psutil.STATUS_ZOMBIE)
     assert cli.proc.is_running()  # the CLI itself is never touched
