@@ -39,10 +39,12 @@ lint: $(STAMP)
 phoenix:
 	$(PYTHON) -m tests.exporters.phoenix
 
-# The real agent CLIs the watchdog's tests drive offline (Gemini CLI; npm, about 100 MB, into
-# .cache/agent-clis); without them those tests skip.
+# The real agent CLIs the watchdog's tests drive offline (Gemini CLI and Claude Code, from npm,
+# about 340 MB, into .cache/agent-clis; versions as in tests/watchdog/agent_clis.py); without them
+# those tests skip.
 agent-clis:
-	npm install --no-audit --no-fund --prefix .cache/agent-clis @google/gemini-cli@0.61.0
+	npm install --no-audit --no-fund --prefix .cache/agent-clis \
+	  @google/gemini-cli@0.61.0 @anthropic-ai/claude-code@2.1.197
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

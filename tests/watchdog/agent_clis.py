@@ -18,24 +18,45 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-GEMINI_VERSION = "0.61.0"
+#: The versions `make agent-clis` installs (keep the two in step).
+PACKAGES = {
+    "gemini": "@google/gemini-cli@0.61.0",
+    "claude": "@anthropic-ai/claude-code@2.1.197",
+}
 
 
 def prefix() -> Path:
     return Path(os.environ.get("TURNWATCH_AGENT_CLIS", ROOT / ".cache" / "agent-clis"))
 
 
-def gemini() -> Path:
-    """The Gemini CLI, or skip (fail in CI) when it is not installed."""
-    exe = prefix() / "node_modules" / ".bin" / "gemini"
+def installed(name: str) -> Path:
+    """The CLI's executable, or skip (fail in CI) when it is not installed."""
+    exe = prefix() / "node_modules" / ".bin" / name
     if exe.exists():
         return exe
     if os.environ.get("TURNWATCH_REQUIRE_AGENT_CLIS") == "1":
         pytest.fail(f"TURNWATCH_REQUIRE_AGENT_CLIS=1 but {exe} is not installed")
-    pytest.skip(
-        f"Gemini CLI not installed: npm install --prefix {prefix()} "
-        f"@google/gemini-cli@{GEMINI_VERSION}"
-    )
+    pytest.skip(f"{name} not installed: make agent-clis ({PACKAGES[name]})")
+
+
+def gemini() -> Path:
+    return installed("gemini")
+
+
+def claude_env(tmp: Path, base_url: str) -> dict[str, str]:
+    """Claude Code offline: a throwaway HOME, the scripted server as its API, no other traffic."""
+    home = tmp / "home"
+    home.mkdir(exist_ok=True)
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": "sk-ant-scripted",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
 
 
 SETTINGS = {

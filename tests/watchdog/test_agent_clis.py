@@ -1,6 +1,7 @@
-"""What an interrupted agent CLI leaves running, found from its processes and recovered, with
-the real Gemini CLI driven offline. A decoy with the same command line outside the CLI's tree
-is never signalled, nor is the CLI itself."""
+"""What an interrupted agent CLI leaves running, found from its processes and recovered, with the
+real Gemini CLI and Claude Code driven offline (Gemini by its fake responses, Claude Code by a
+scripted Messages server). A decoy with the same command line outside the CLI's tree is never
+signalled, nor is the CLI itself."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import psutil
 import pytest
 
-from tests.watchdog import agent_clis
+from tests.watchdog import agent_clis, model_server
 from turnwatch import names
 
 pytestmark = pytest.mark.slow
@@ -54,34 +57,16 @@ def alive(pid: int, create_time: float) -> bool:
 
 @pytest.fixture
 def watchdog(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
-    """``turnwatch watch --agents`` over the test's Gemini home, recovering, grace 1 s."""
+    """``turnwatch watch --agents`` over the test's CLI home, recovering, grace 1 s."""
     ledger = tmp_path / "ledger.sqlite3"
-    none = tmp_path / "none"
-    exe = Path(sys.executable).with_name("turnwatch")
+    home = tmp_path / "home"
+    argv = [str(Path(sys.executable).with_name("turnwatch")), "watch", "--agents"]
+    argv += ["--ledger", str(ledger), "--interval", "0.5", "--grace", "1", "--metrics-addr", ""]
+    argv += ["--gemini-dir", str(home / ".gemini" / "tmp")]
+    argv += ["--claude-dir", str(home / ".claude" / "projects")]
+    argv += ["--codex-dir", str(home / ".codex" / "sessions")]
     proc = subprocess.Popen(
-        [
-            str(exe),
-            "watch",
-            "--agents",
-            "--ledger",
-            str(ledger),
-            "--interval",
-            "0.5",
-            "--grace",
-            "1",
-            "--metrics-addr",
-            "",
-            "--gemini-dir",
-            str(tmp_path / "home" / ".gemini" / "tmp"),
-            "--codex-dir",
-            str(none),
-            "--claude-dir",
-            str(none),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         yield ledger, proc
@@ -95,85 +80,149 @@ def watchdog(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
         print(err)
 
 
-@pytest.mark.parametrize(
-    "command", ["sleep 1000", "trap '' TERM; sleep 1000"], ids=["sleep", "ignores-TERM"]
-)
-def test_gemini_headless_ctrl_c_leaves_the_command_running_and_the_watchdog_ends_it(
-    tmp_path: Path, watchdog: tuple[Path, subprocess.Popen[str]], command: str
-) -> None:
-    exe = agent_clis.gemini()
-    ledger, _watch = watchdog
-    _home, project, responses, env = agent_clis.gemini_home(tmp_path, command)
-    # The decoy: the same command line, outside the CLI's tree. It must outlive everything.
-    decoy = subprocess.Popen(["/usr/bin/bash", "-c", command], cwd=project, start_new_session=True)
-    cli = subprocess.Popen(
-        [
-            str(exe),
-            "-p",
-            "run it",
-            "--yolo",
-            "--skip-trust",
-            "--fake-responses-non-strict",
-            str(responses),
-            "-o",
-            "json",
-        ],
+@contextmanager
+def headless(cli: str, tmp: Path, command: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """``cli`` run headless in its own terminal session, its model scripted to run ``command``
+    with its shell tool: (the CLI, its project directory)."""
+    project = tmp / "project"
+    out = open(tmp / "cli.out", "wb")  # noqa: SIM115 - closed below
+    try:
+        if cli == "gemini":
+            exe = agent_clis.gemini()
+            _home, project, responses, env = agent_clis.gemini_home(tmp, command)
+            argv = [str(exe), "-p", "run it", "--yolo", "--skip-trust"]
+            argv += ["--fake-responses-non-strict", str(responses), "-o", "json"]
+            yield _start(argv, project, env, out), project
+            return
+        exe = agent_clis.installed("claude")
+        project.mkdir()
+        with model_server.serve(model_server.Script(command)) as url:
+            env = agent_clis.claude_env(tmp, url)
+            # Not --dangerously-skip-permissions: Claude Code refuses it as root.
+            argv = [str(exe), "-p", "run it", "--allowedTools", "Bash"]
+            yield _start(argv, project, env, out), project
+    finally:
+        out.close()
+
+
+def _start(
+    argv: list[str], project: Path, env: dict[str, str], out: IO[bytes]
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv,
         cwd=project,
         env=env,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
         start_new_session=True,  # its own terminal session: Ctrl-C goes to its group
     )
-    try:
-        cli_started = psutil.Process(cli.pid).create_time()
-        recorded = wait_for(
-            "the CLI's shell recorded",
-            lambda: rows(
-                ledger,
-                "SELECT pid, create_time, session FROM calls WHERE pid IS NOT NULL",
-            ),
-        )
-        (shell_pid, shell_ct, session) = recorded[0]  # type: ignore[index]
-        assert isinstance(shell_pid, int)
-        assert isinstance(shell_ct, float)
-        runtime = rows(ledger, "SELECT runtime_pid FROM sessions WHERE session = ?", session)
-        assert runtime == [(cli.pid,)]  # the CLI attributed by its command line and project
-        sleeper = wait_for(
-            "the sleep",
-            lambda: list(psutil.Process(shell_pid).children(recursive=True)),
-        )[0]  # type: ignore[index]
 
-        os.killpg(cli.pid, signal.SIGINT)  # Ctrl-C in the CLI's terminal
-        assert cli.wait(timeout=30) is not None
-        # The field bug, reproduced: the CLI is gone, its command lives on.
-        assert alive(sleeper.pid, sleeper.create_time())
 
-        wait_for(
-            "the left-behind command ended",
-            lambda: (
-                not alive(shell_pid, shell_ct) and not alive(sleeper.pid, sleeper.create_time())
-            ),
-            timeout=60,
+#: (CLI, how it is stopped, the command, what the CLI does to the command) as measured here.
+CASES = [
+    ("gemini", signal.SIGINT, "sleep 1000", "lives"),
+    ("gemini", signal.SIGINT, "trap '' TERM; sleep 1000", "lives"),
+    ("claude", signal.SIGINT, "sleep 1000", "killed"),
+    ("claude", signal.SIGINT, "trap '' TERM; sleep 1000", "killed"),
+    ("claude", signal.SIGKILL, "sleep 1000", "lives"),
+]
+
+
+@pytest.mark.parametrize(
+    ("cli", "stop", "command", "fate"),
+    CASES,
+    ids=[
+        "gemini-ctrl-c",
+        "gemini-ctrl-c-ignores-term",
+        "claude-ctrl-c",
+        "claude-ctrl-c-ignores-term",
+        "claude-crash",
+    ],
+)
+def test_a_headless_cli_stopped_what_lives_on_is_ended_and_nothing_else(
+    tmp_path: Path,
+    watchdog: tuple[Path, subprocess.Popen[str]],
+    cli: str,
+    stop: signal.Signals,
+    command: str,
+    fate: str,
+) -> None:
+    ledger, _watch = watchdog
+    with headless(cli, tmp_path, command) as (proc, project):
+        # The decoy: the same command line, outside the CLI's tree. It must outlive everything.
+        decoy = subprocess.Popen(
+            ["/usr/bin/bash", "-c", command], cwd=project, start_new_session=True
         )
-        kinds = {
-            r[0]
-            for r in rows(
-                ledger,
-                "SELECT json_extract(attrs_json, '$.finding') FROM events WHERE kind = ?",
-                names.WATCHDOG_FINDING,
+        try:
+            recorded = wait_for(
+                "the CLI's command recorded",
+                lambda: rows(
+                    ledger, "SELECT pid, create_time, session FROM calls WHERE pid IS NOT NULL"
+                ),
             )
-        }
-        assert kinds & {names.F_ORPHAN_TOOL_PROCESS, names.F_PINNED_SESSION}
-        assert rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED)
-        # Nothing else was touched: the decoy with the same command line lives.
-        assert decoy.poll() is None
-        assert cli_started > 0
-    finally:
-        for p in (cli, decoy):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+            (shell_pid, shell_ct, session) = recorded[0]  # type: ignore[index]
+            assert isinstance(shell_pid, int)
+            assert isinstance(shell_ct, float)
+            runtime = rows(ledger, "SELECT runtime_pid FROM sessions WHERE session = ?", session)
+            assert runtime == [(proc.pid,)]  # the CLI, by its command line and project
+            sleeper = wait_for(
+                "the sleep",
+                lambda: (
+                    [
+                        p
+                        for p in psutil.Process(shell_pid).children(recursive=True)
+                        if p.name() == "sleep"
+                    ]
+                    or (
+                        [psutil.Process(shell_pid)]
+                        if psutil.Process(shell_pid).name() == "sleep"
+                        else []
+                    )
+                ),
+            )[0]  # type: ignore[index]
+            sleeper_ct = sleeper.create_time()
+
+            os.killpg(proc.pid, stop)  # Ctrl-C in the CLI's terminal, or a crash
+            proc.wait(timeout=30)
+            if fate == "killed":
+                wait_for(
+                    "the CLI to end its command",
+                    lambda: not alive(sleeper.pid, sleeper_ct),
+                    timeout=30,
+                )
+                wait_for(
+                    "the interrupt read from the CLI's log",
+                    lambda: rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.STOP_CLICKED),
+                )
+                time.sleep(3.0)  # scans past the grace window: nothing for the watchdog
+                reaped = rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED)
+                assert reaped == []
+            else:
+                # The field bug, reproduced: the CLI is gone, its command lives on…
+                assert alive(sleeper.pid, sleeper_ct)
+                # …until the watchdog ends it (SIGKILL after the window if it ignores SIGTERM).
+                wait_for(
+                    "the left-behind command ended",
+                    lambda: not alive(shell_pid, shell_ct) and not alive(sleeper.pid, sleeper_ct),
+                    timeout=60,
+                )
+                kinds = {
+                    r[0]
+                    for r in rows(
+                        ledger,
+                        "SELECT json_extract(attrs_json, '$.finding') FROM events WHERE kind = ?",
+                        names.WATCHDOG_FINDING,
+                    )
+                }
+                assert kinds & {names.F_ORPHAN_TOOL_PROCESS, names.F_PINNED_SESSION}
+                assert rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED)
+            assert decoy.poll() is None  # nothing outside the CLI's tree is touched
+        finally:
+            for p in (proc, decoy):
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
 
 
 def test_gemini_interactive_esc_kills_its_command_and_the_watchdog_touches_nothing(

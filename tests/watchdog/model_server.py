@@ -1,0 +1,139 @@
+"""A scripted model server on 127.0.0.1 for the agent CLIs: Anthropic's Messages API (Claude
+Code, through ``ANTHROPIC_BASE_URL``), streaming or not. Every request with tools is answered with
+the next scripted step (a shell command to run, then a text reply); anything else with a short
+text. It records what it was asked, for the test to read."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class Script:
+    """What the model says, turn by turn: run ``command`` with the CLI's shell tool, then text."""
+
+    def __init__(self, command: str, tool: str = "Bash") -> None:
+        self.command = command
+        self.tool = tool
+        self.asked: list[dict[str, Any]] = []
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def next(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.asked.append(body)
+            if not body.get("tools"):
+                return {"type": "text", "text": "ok"}
+            self._n += 1
+            if self._n == 1:
+                return {
+                    "type": "tool_use",
+                    "id": "toolu_scripted_1",
+                    "name": self.tool,
+                    "input": {"command": self.command, "description": "scripted"},
+                }
+            return {"type": "text", "text": "done"}
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _stream(block: dict[str, Any], model: str) -> Iterator[bytes]:
+    stop = "tool_use" if block["type"] == "tool_use" else "end_turn"
+    msg: dict[str, Any] = {
+        "id": "msg_scripted",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 0},
+    }
+    yield _sse("message_start", {"type": "message_start", "message": msg})
+    if block["type"] == "tool_use":
+        start = {**block, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+    else:
+        start = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": block["text"]}
+    yield _sse(
+        "content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}
+    )
+    yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+    yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+    yield _sse(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": None},
+            "usage": {"output_tokens": 1},
+        },
+    )
+    yield _sse("message_stop", {"type": "message_stop"})
+
+
+@contextmanager
+def serve(script: Script) -> Iterator[str]:
+    """The server's base URL while the block runs."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *_args: object) -> None:
+            return
+
+        def do_POST(self) -> None:
+            size = int(self.headers.get("content-length") or 0)
+            body = json.loads(self.rfile.read(size) or b"{}")
+            if not self.path.split("?")[0].endswith("/v1/messages"):
+                self._json({"input_tokens": 1} if "count_tokens" in self.path else {})
+                return
+            block = script.next(body)
+            model = str(body.get("model") or "claude-scripted")
+            if body.get("stream"):
+                payload = b"".join(_stream(block, model))
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            stop = "tool_use" if block["type"] == "tool_use" else "end_turn"
+            self._json(
+                {
+                    "id": "msg_scripted",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [block],
+                    "stop_reason": stop,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 1, "output_tokens": 1},
+                }
+            )
+
+        def do_GET(self) -> None:
+            self._json({})
+
+        def _json(self, obj: object) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
