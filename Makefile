@@ -39,12 +39,12 @@ lint: $(STAMP)
 phoenix:
 	$(PYTHON) -m tests.exporters.phoenix
 
-# The real agent CLIs the watchdog's tests drive offline (Gemini CLI and Claude Code, from npm,
-# about 340 MB, into .cache/agent-clis; versions as in tests/watchdog/agent_clis.py); without them
-# those tests skip.
+# The real agent CLIs the watchdog's tests drive offline (Gemini CLI, Claude Code and Codex, from
+# npm, about 760 MB, into .cache/agent-clis; versions as in tests/watchdog/agent_clis.py); without
+# them those tests skip.
 agent-clis:
 	npm install --no-audit --no-fund --prefix .cache/agent-clis \
-	  @google/gemini-cli@0.61.0 @anthropic-ai/claude-code@2.1.197
+	  @google/gemini-cli@0.61.0 @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -4,9 +4,10 @@ CI installs them with npm at pinned versions (``.ci/run``) into ``$TURNWATCH_AGE
 (default ``.cache/agent-clis`` in the checkout); without them the tests that need them skip, and
 with ``TURNWATCH_REQUIRE_AGENT_CLIS=1`` (CI) they fail instead.
 
-Gemini CLI runs fully offline: a throwaway ``HOME`` with settings that turn off every network
-feature, and ``--fake-responses-non-strict`` answering its model calls from a file in the format
-of the CLI's own integration tests.
+All three run fully offline. Gemini CLI: a throwaway ``HOME`` with settings that turn off every
+network feature, and ``--fake-responses-non-strict`` answering its model calls from a file in the
+format of the CLI's own integration tests. Claude Code and Codex: a throwaway ``HOME`` (and
+``CODEX_HOME``) whose API is the scripted server of ``model_server.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
     "gemini": "@google/gemini-cli@0.61.0",
     "claude": "@anthropic-ai/claude-code@2.1.197",
+    "codex": "@openai/codex@0.171.0",
 }
 
 
@@ -109,3 +111,29 @@ def gemini_home(tmp: Path, command: str) -> tuple[Path, Path, Path, dict[str, st
         "TERM": "xterm-256color",
     }
     return home, project, responses, env
+
+
+def codex_env(tmp: Path, base_url: str) -> dict[str, str]:
+    """Codex offline: a throwaway CODEX_HOME whose model provider is the scripted server, no
+    approvals asked (a test has no one to answer) and no sandbox (it needs a kernel feature
+    this machine may lack)."""
+    home = tmp / "home"
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-scripted"\n'
+        'model_provider = "scripted"\n'
+        'approval_policy = "never"\n'
+        'sandbox_mode = "danger-full-access"\n'
+        "[model_providers.scripted]\n"
+        'name = "scripted"\n'
+        f'base_url = "{base_url}/v1"\n'
+        'env_key = "SCRIPTED_API_KEY"\n'
+        'wire_api = "responses"\n'
+    )
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "CODEX_HOME": str(codex_home),
+        "SCRIPTED_API_KEY": "sk-scripted",
+    }

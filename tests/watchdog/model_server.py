@@ -1,7 +1,8 @@
 """A scripted model server on 127.0.0.1 for the agent CLIs: Anthropic's Messages API (Claude
-Code, through ``ANTHROPIC_BASE_URL``), streaming or not. Every request with tools is answered with
-the next scripted step (a shell command to run, then a text reply); anything else with a short
-text. It records what it was asked, for the test to read."""
+Code, through ``ANTHROPIC_BASE_URL``), streaming or not, and OpenAI's Responses API, streaming
+(Codex, through a model provider's ``base_url``). Every request with tools is answered with the
+next scripted step (a shell command to run, then a text reply); anything else with a short text.
+It records what it was asked, for the test to read."""
 
 from __future__ import annotations
 
@@ -78,6 +79,51 @@ def _stream(block: dict[str, Any], model: str) -> Iterator[bytes]:
     yield _sse("message_stop", {"type": "message_stop"})
 
 
+def _shell_call(block: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Responses API ``function_call`` for the shell tool the CLI offered, in its shape."""
+    command = block["input"]["command"]
+    offered = {t.get("name") for t in tools}
+    if "exec_command" in offered:
+        name, args = "exec_command", {"cmd": command}
+    elif "shell_command" in offered:
+        name, args = "shell_command", {"command": command}
+    else:
+        name, args = "shell", {"command": ["bash", "-lc", command]}
+    return {
+        "type": "function_call",
+        "id": "fc_scripted_1",
+        "call_id": block["id"],
+        "name": name,
+        "arguments": json.dumps(args),
+    }
+
+
+def _responses(block: dict[str, Any], body: dict[str, Any]) -> Iterator[bytes]:
+    """One Responses API stream: created, the output item, completed."""
+    if block["type"] == "tool_use":
+        item = _shell_call(block, body.get("tools") or [])
+    else:
+        item = {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_scripted",
+            "content": [{"type": "output_text", "text": block["text"]}],
+        }
+    usage = {
+        "input_tokens": 1,
+        "input_tokens_details": None,
+        "output_tokens": 1,
+        "output_tokens_details": None,
+        "total_tokens": 2,
+    }
+    for ev in (
+        {"type": "response.created", "response": {"id": "resp_scripted"}},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": {"id": "resp_scripted", "usage": usage}},
+    ):
+        yield _sse(str(ev["type"]), ev)
+
+
 @contextmanager
 def serve(script: Script) -> Iterator[str]:
     """The server's base URL while the block runs."""
@@ -91,6 +137,14 @@ def serve(script: Script) -> Iterator[str]:
         def do_POST(self) -> None:
             size = int(self.headers.get("content-length") or 0)
             body = json.loads(self.rfile.read(size) or b"{}")
+            if self.path.split("?")[0].endswith("/responses"):
+                payload = b"".join(_responses(script.next(body), body))
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
             if not self.path.split("?")[0].endswith("/v1/messages"):
                 self._json({"input_tokens": 1} if "count_tokens" in self.path else {})
                 return

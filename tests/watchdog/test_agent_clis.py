@@ -1,7 +1,7 @@
 """What an interrupted agent CLI leaves running, found from its processes and recovered, with the
-real Gemini CLI and Claude Code driven offline (Gemini by its fake responses, Claude Code by a
-scripted Messages server). A decoy with the same command line outside the CLI's tree is never
-signalled, nor is the CLI itself."""
+real Gemini CLI, Claude Code and Codex driven offline (Gemini by its fake responses, Claude Code
+and Codex by a scripted model server speaking their APIs). A decoy with the same command line
+outside the CLI's tree is never signalled, nor is the CLI itself."""
 
 from __future__ import annotations
 
@@ -94,12 +94,16 @@ def headless(cli: str, tmp: Path, command: str) -> Iterator[tuple[subprocess.Pop
             argv += ["--fake-responses-non-strict", str(responses), "-o", "json"]
             yield _start(argv, project, env, out), project
             return
-        exe = agent_clis.installed("claude")
+        exe = agent_clis.installed(cli)
         project.mkdir()
         with model_server.serve(model_server.Script(command)) as url:
-            env = agent_clis.claude_env(tmp, url)
-            # Not --dangerously-skip-permissions: Claude Code refuses it as root.
-            argv = [str(exe), "-p", "run it", "--allowedTools", "Bash"]
+            if cli == "claude":
+                env = agent_clis.claude_env(tmp, url)
+                # Not --dangerously-skip-permissions: Claude Code refuses it as root.
+                argv = [str(exe), "-p", "run it", "--allowedTools", "Bash"]
+            else:
+                env = agent_clis.codex_env(tmp, url)
+                argv = [str(exe), "exec", "--skip-git-repo-check", "run it"]
             yield _start(argv, project, env, out), project
     finally:
         out.close()
@@ -126,6 +130,10 @@ CASES = [
     ("claude", signal.SIGINT, "sleep 1000", "killed"),
     ("claude", signal.SIGINT, "trap '' TERM; sleep 1000", "killed"),
     ("claude", signal.SIGKILL, "sleep 1000", "lives"),
+    ("codex", signal.SIGINT, "sleep 1000", "killed"),
+    ("codex", signal.SIGINT, "trap '' TERM; sleep 1000", "killed"),
+    # Codex's command does not outlive it even then: the kernel ends it with its parent.
+    ("codex", signal.SIGKILL, "sleep 1000", "killed"),
 ]
 
 
@@ -133,11 +141,9 @@ CASES = [
     ("cli", "stop", "command", "fate"),
     CASES,
     ids=[
-        "gemini-ctrl-c",
-        "gemini-ctrl-c-ignores-term",
-        "claude-ctrl-c",
-        "claude-ctrl-c-ignores-term",
-        "claude-crash",
+        f"{cli}-{'ctrl-c' if stop == signal.SIGINT else 'crash'}"
+        + ("-ignores-term" if "trap" in cmd else "")
+        for cli, stop, cmd, _fate in CASES
     ],
 )
 def test_a_headless_cli_stopped_what_lives_on_is_ended_and_nothing_else(
@@ -165,7 +171,10 @@ def test_a_headless_cli_stopped_what_lives_on_is_ended_and_nothing_else(
             assert isinstance(shell_pid, int)
             assert isinstance(shell_ct, float)
             runtime = rows(ledger, "SELECT runtime_pid FROM sessions WHERE session = ?", session)
-            assert runtime == [(proc.pid,)]  # the CLI, by its command line and project
+            # The CLI, by its command line and project (Codex: the binary its node launcher runs).
+            tree = {proc.pid} | {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+            assert len(runtime) == 1
+            assert runtime[0][0] in tree
             sleeper = wait_for(
                 "the sleep",
                 lambda: (
@@ -191,10 +200,13 @@ def test_a_headless_cli_stopped_what_lives_on_is_ended_and_nothing_else(
                     lambda: not alive(sleeper.pid, sleeper_ct),
                     timeout=30,
                 )
-                wait_for(
-                    "the interrupt read from the CLI's log",
-                    lambda: rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.STOP_CLICKED),
-                )
+                if stop == signal.SIGINT:  # a CLI killed outright logs nothing
+                    wait_for(
+                        "the interrupt read from the CLI's log",
+                        lambda: rows(
+                            ledger, "SELECT 1 FROM events WHERE kind = ?", names.STOP_CLICKED
+                        ),
+                    )
                 time.sleep(3.0)  # scans past the grace window: nothing for the watchdog
                 reaped = rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED)
                 assert reaped == []

@@ -24,7 +24,7 @@ from turnwatch.runtime.model import Outcome
 _CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 #: Records turnwatch reads nothing from: known, so not counted as unknown.
-_QUIET = frozenset({"turn_context", "world_state", "compacted"})
+_QUIET = frozenset({"turn_context", "world_state", "compacted", "token_usage_record"})
 _QUIET_ITEMS = frozenset({"message", "reasoning", "web_search_call", "ghost_snapshot"})
 
 
@@ -56,7 +56,9 @@ class Codex(Translator):
             self.begin_turn(ts, ident(turn) or f"{self.session}.turn@{ts}")
         elif what == "task_complete":
             if turn is None or turn == self.turn:
-                self.end_turn(ts, Outcome.COMPLETED, duration_ms=p.get("duration_ms"))
+                # 0.171 ends a turn its model stream broke with task_complete and an error.
+                outcome = Outcome.FAILED if p.get("error") else Outcome.COMPLETED
+                self.end_turn(ts, outcome, duration_ms=p.get("duration_ms"))
         elif what == "turn_aborted":
             if turn is not None and turn != self.turn:
                 return
@@ -85,7 +87,8 @@ def _outcome(output: Any) -> Outcome:
     if isinstance(output, dict):
         output = output.get("content", "")
     text = text_of(output).strip().lower()
-    if text == "aborted" or text.startswith("aborted by user"):
+    # "aborted", "aborted by user", or (0.171) "Wall time: 0.4 seconds\naborted by user".
+    if text == "aborted" or "aborted by user" in text[:200]:
         return Outcome.ABORTED
     if "rejected by user" in text[:200]:
         return Outcome.DENIED
