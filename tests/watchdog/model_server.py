@@ -138,12 +138,7 @@ def serve(script: Script) -> Iterator[str]:
             size = int(self.headers.get("content-length") or 0)
             body = json.loads(self.rfile.read(size) or b"{}")
             if self.path.split("?")[0].endswith("/responses"):
-                payload = b"".join(_responses(script.next(body), body))
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                self._send(b"".join(_responses(script.next(body), body)), "text/event-stream")
                 return
             if not self.path.split("?")[0].endswith("/v1/messages"):
                 self._json({"input_tokens": 1} if "count_tokens" in self.path else {})
@@ -151,12 +146,7 @@ def serve(script: Script) -> Iterator[str]:
             block = script.next(body)
             model = str(body.get("model") or "claude-scripted")
             if body.get("stream"):
-                payload = b"".join(_stream(block, model))
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                self._send(b"".join(_stream(block, model)), "text/event-stream")
                 return
             stop = "tool_use" if block["type"] == "tool_use" else "end_turn"
             self._json(
@@ -176,9 +166,11 @@ def serve(script: Script) -> Iterator[str]:
             self._json({})
 
         def _json(self, obj: object) -> None:
-            data = json.dumps(obj).encode()
+            self._send(json.dumps(obj).encode(), "application/json")
+
+        def _send(self, data: bytes, kind: str) -> None:
             self.send_response(200)
-            self.send_header("content-type", "application/json")
+            self.send_header("content-type", kind)
             self.send_header("content-length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

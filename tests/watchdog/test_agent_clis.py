@@ -37,6 +37,12 @@ def rows(ledger: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
         conn.close()
 
 
+def finding_kinds(ledger: Path) -> set[object]:
+    """The kinds of the findings the watchdog recorded."""
+    sql = "SELECT json_extract(attrs_json, '$.finding') FROM events WHERE kind = ?"
+    return {r[0] for r in rows(ledger, sql, names.WATCHDOG_FINDING)}
+
+
 def wait_for(what: str, check: object, timeout: float = 60.0) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -219,14 +225,7 @@ def test_a_headless_cli_stopped_what_lives_on_is_ended_and_nothing_else(
                     lambda: not alive(shell_pid, shell_ct) and not alive(sleeper.pid, sleeper_ct),
                     timeout=60,
                 )
-                kinds = {
-                    r[0]
-                    for r in rows(
-                        ledger,
-                        "SELECT json_extract(attrs_json, '$.finding') FROM events WHERE kind = ?",
-                        names.WATCHDOG_FINDING,
-                    )
-                }
+                kinds = finding_kinds(ledger)
                 assert kinds & {names.F_ORPHAN_TOOL_PROCESS, names.F_PINNED_SESSION}
                 assert rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED)
             assert decoy.poll() is None  # nothing outside the CLI's tree is touched
@@ -267,14 +266,7 @@ def test_gemini_interactive_esc_kills_its_command_and_the_watchdog_touches_nothi
             lambda: rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.STOP_CLICKED),
         )
         time.sleep(3.0)  # two scans past the 1 s grace window
-        kinds = {
-            r[0]
-            for r in rows(
-                ledger,
-                "SELECT json_extract(attrs_json, '$.finding') FROM events WHERE kind = ?",
-                names.WATCHDOG_FINDING,
-            )
-        }
+        kinds = finding_kinds(ledger)
         assert not kinds & {names.F_ORPHAN_TOOL_PROCESS, names.F_ABORTED_WITH_LIVE_PROCESS}
         assert rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED) == []
         assert psutil.pid_exists(cli)  # the CLI itself, untouched, waits for the next prompt

@@ -100,17 +100,14 @@ def _ingest_agent_logs(
         wiring.close()
     new = wiring.ledger.written
     unknown = sum(report.unknown.values())
-    err.print(
+    _summary(
+        wiring,
         f"ingested {new} new event(s) from {report.files} session file(s) "
         f"({report.records} records, {unknown} of types not read) into {wiring.ledger.path}"
         + (f" ({report.events - new} already there)" if report.events > new else "")
         + f"; {report.problem_count} problem(s)",
-        highlight=False,
+        bad=report.problem_count,
     )
-    if wiring.ledger.lost:
-        raise fail(f"{wiring.ledger.lost} event(s) could not be written to {wiring.ledger.path}")
-    if report.problem_count:
-        raise typer.Exit(EXIT_BAD_INPUT)
 
 
 def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
@@ -145,13 +142,19 @@ def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
     if report is None:
         return
     new = wiring.ledger.written
-    err.print(
+    _summary(
+        wiring,
         f"ingested {new} new event(s) into {wiring.ledger.path}"
         + (f" ({report.good - new} already there)" if report.good > new else "")
         + f"; rejected {report.bad_count} line(s)",
-        highlight=False,
+        bad=report.bad_count,
     )
+
+
+def _summary(wiring: Any, line: str, *, bad: int) -> None:
+    """The one line an ingest ends with; exit 2 if anything was lost or rejected."""
+    err.print(line, highlight=False)
     if wiring.ledger.lost:
         raise fail(f"{wiring.ledger.lost} event(s) could not be written to {wiring.ledger.path}")
-    if report.bad_count:
+    if bad:
         raise typer.Exit(EXIT_BAD_INPUT)
