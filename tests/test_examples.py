@@ -6,16 +6,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from turnwatch import names
 from turnwatch.tracing.ledger import connect, read_events
 
 ROOT = Path(__file__).parents[1]
 
 
-def test_the_pydantic_ai_example_stops_its_run_the_adrs_way(tmp_path: Path) -> None:
+@pytest.mark.parametrize("example", ["pydantic_ai_stop.py", "openai_agents_stop.py"])
+def test_the_framework_examples_stop_their_run_the_adrs_way(tmp_path: Path, example: str) -> None:
     ledger = tmp_path / "ledger.sqlite3"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "pydantic_ai_stop.py"), "--ledger", str(ledger)],
+        [sys.executable, str(ROOT / "examples" / example), "--ledger", str(ledger)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -178,8 +178,12 @@ async def run_command(
     return CommandResult(result.output, (result.data or {}).get("exit_code"))
 
 
-class DaemonExecutor(concurrent.futures.Executor):
-    """A thread per sync tool, daemonic: one a stop abandons cannot hold the interpreter open."""
+class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
+    """A thread per sync tool, daemonic: one a stop abandons cannot hold the interpreter open.
+
+    A ``ThreadPoolExecutor`` so that it can be an event loop's default executor (the OpenAI
+    Agents SDK runs sync tools with ``asyncio.to_thread``), whose shutdown then waits for none.
+    """
 
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
@@ -196,6 +200,9 @@ class DaemonExecutor(concurrent.futures.Executor):
 
         threading.Thread(target=work, name="turnwatch-sync-tool", daemon=True).start()
         return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        return  # nothing to wait for: every thread is a daemon
 
 
 DAEMONS = DaemonExecutor()

@@ -1,0 +1,93 @@
+"""An OpenAI Agents SDK agent stopped the ADR's way, offline.
+
+``python examples/openai_agents_stop.py``.
+
+The model is the SDK's ``agents.testing.ScriptedModel``, scripted to call two tools at once: ``sh``
+(a process tool running a command that ignores SIGTERM) and ``save`` (a mutating tool writing a
+file in chunks). Half a second in, the user clicks Stop. The command is ended within the grace
+window, the write is awaited to its end, and the run raises ``RunStopped`` only after both.
+Everything lands in a ledger: ``turnwatch explain`` it afterwards.
+
+Needs ``pip install 'turnwatch[openai-agents]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from agents import Agent, function_tool, set_tracing_disabled
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from turnwatch.integrations.openai_agents import (
+    RunStopped,
+    StoppableRunner,
+    run_command,
+    tool_class,
+)
+from turnwatch.runtime import LocalHost, Runtime
+from turnwatch.tracing import Ledger
+
+
+def main(ledger_path: Path, workdir: Path) -> None:
+    set_tracing_disabled(True)  # offline: the SDK's own tracing would export to its platform
+    target = workdir / "report.txt"
+    model = ScriptedModel(
+        [
+            ModelStep(  # the first turn: both tools at once
+                output=[
+                    function_call("sh", {"cmd": "trap '' TERM; sleep 60"}, call_id="sh-1"),
+                    function_call("save", {"path": str(target)}, call_id="save-1"),
+                ]
+            ),
+            ModelStep(output=[assistant_message("done")]),
+        ]
+    )
+
+    @function_tool
+    async def sh(cmd: str) -> str:
+        """Run a shell command (contained; a stop ends it within the grace window)."""
+        return (await run_command(["bash", "-c", cmd])).output
+
+    @function_tool  # no class: mutating, awaited
+    async def save(path: str) -> str:
+        """Write the report, a chunk at a time."""
+        with open(path, "w") as f:
+            for i in range(10):
+                f.write(f"line {i}\n")
+                f.flush()
+                await asyncio.sleep(0.1)
+        return "saved"
+
+    agent = Agent(name="reporter", model=model, tools=[tool_class(sh, "process"), save])
+
+    async def run() -> None:
+        ledger = Ledger(ledger_path)
+        rt = Runtime(LocalHost(), sink=ledger, grace_s=1.0)
+        runner = StoppableRunner(agent, rt)
+        started = time.monotonic()
+        task = asyncio.ensure_future(runner.run("write the report", session="example"))
+        await asyncio.sleep(0.5)
+        receipt = await rt.abort("example", source="ui")
+        print(f"abort → {receipt} after {time.monotonic() - started:.2f} s")
+        try:
+            await task
+        except RunStopped:
+            print("the run raised RunStopped, after every call was released")
+        lines = target.read_text().count("\n")
+        print(f"{target.name}: {lines} of 10 lines (the write was awaited, not cut)")
+        ledger.close()
+
+    asyncio.run(run())
+    print(f"ledger: {ledger_path}\n  turnwatch explain example --ledger {ledger_path}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ledger", type=Path, help="ledger file [default: a temporary one]")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="turnwatch-example-"))
+    main(args.ledger or tmp / "ledger.sqlite3", tmp)

@@ -1,0 +1,241 @@
+"""The OpenAI Agents SDK under the ADR's stop: each run a turnwatch turn, each function tool call a
+turnwatch call.
+
+``pip install 'turnwatch[openai-agents]'``. The only module that imports the SDK (``agents``).
+
+    rt = Runtime(LocalHost(), sink=Ledger("ledger.sqlite3"))
+    runner = StoppableRunner(Agent(name="dev", model=model, tools=[...]), rt)
+    result = await runner.run("fix the build", session="s1")   # elsewhere: await rt.abort("s1")
+
+The SDK's gaps, and what the wrapper does about each:
+
+- ``Runner.run`` has no stop token: every run is a streamed run, and a stop is
+  ``cancel("immediate")`` of it. ``run()`` then waits for turnwatch's own record of the calls in
+  flight, not for the SDK, and raises :class:`RunStopped` once the turn has settled.
+- Sync function tools run through ``asyncio.to_thread``, whose threads outlive a cancel and keep
+  the interpreter from exiting: during a run the loop's default executor makes daemon threads.
+- Each ``FunctionTool`` runs under the policy of its class, from :func:`tool_class` or
+  ``classes=`` (else ``default_class``, ``mutating``, so a tool nobody classified is never
+  abandoned): ``read_only`` raced and discarded, ``process`` tools (async, starting commands with
+  :func:`run_command`) terminated after the grace window, ``mutating`` and ``extension`` awaited.
+- ``needs_approval`` tools: the run's interruptions are turnwatch permission prompts, and the turn
+  stays live until the run is resumed. An approval given after a stop (``RunState.approve``,
+  whoever calls it) is refused when the run resumes: the call is rejected, and the ledger
+  records ``permission.late``.
+- Hosted tools (web search, file search, code interpreter) and MCP servers' tools run where
+  turnwatch cannot reach them: observed, not enforced (the README's table).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from agents import Agent, FunctionTool, Runner, RunState, ToolApprovalItem
+from agents.result import RunResultStreaming
+from agents.tool_context import ToolContext
+
+from turnwatch.integrations.calls import (
+    CLASS_KEY,
+    DAEMONS,
+    CommandAbortedError,
+    CommandResult,
+    ToolClassError,
+    class_of,
+    dispatcher,
+    run_command,
+)
+from turnwatch.runtime.gate import Answer
+from turnwatch.runtime.model import Outcome, ToolClass
+from turnwatch.runtime.runtime import Runtime
+from turnwatch.runtime.session import Turn
+
+__all__ = [
+    "CLASS_KEY",
+    "CommandAbortedError",
+    "CommandResult",
+    "RunStopped",
+    "StoppableRunner",
+    "ToolClassError",
+    "run_command",
+    "tool_class",
+]
+
+STOPPED = "The user stopped the turn before this call was approved."
+
+#: The turn a run's tool calls belong to: set around the run, copied into the SDK's run task.
+_TURN: contextvars.ContextVar[Turn | None] = contextvars.ContextVar("turnwatch_turn", default=None)
+
+
+class RunStopped(Exception):
+    """The run was stopped; its turn has settled (every call released) when this is raised."""
+
+
+def tool_class(tool: FunctionTool, cls: ToolClass | str) -> FunctionTool:
+    """Mark ``tool`` with its turnwatch class (the SDK's tools carry no metadata of their own)."""
+    setattr(tool, CLASS_KEY, class_of(tool.name, {CLASS_KEY: cls}, ToolClass.MUTATING).value)
+    return tool
+
+
+class StoppableRunner:
+    """Runs ``agent`` with the SDK's ``Runner``, each run a turn on ``runtime``."""
+
+    def __init__(
+        self,
+        agent: Agent[Any],
+        runtime: Runtime,
+        *,
+        default_class: ToolClass | str = ToolClass.MUTATING,
+        classes: Mapping[str, ToolClass | str] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        default = class_of("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
+        given = dict(classes or {})
+        self.classes: dict[str, ToolClass] = {}
+        tools: list[Any] = []
+        for tool in agent.tools:
+            if isinstance(tool, FunctionTool):
+                declared = given.pop(tool.name, getattr(tool, CLASS_KEY, None))
+                self.classes[tool.name] = class_of(tool.name, {CLASS_KEY: declared}, default)
+                tool = dataclasses.replace(
+                    tool, on_invoke_tool=functools.partial(self._invoke, tool)
+                )
+            tools.append(tool)
+        if given:
+            raise ToolClassError(f"classes= names tools the agent does not have: {sorted(given)}")
+        self.agent = agent.clone(tools=tools)
+        self.dispatch = dispatcher(runtime.host, "StoppableRunner")
+        self.dispatch.add_tools(list(self.classes))
+        self._awaiting: dict[str, Turn] = {}  # sessions whose turn waits for approvals
+
+    async def run(
+        self, input: str | list[Any] | RunState[Any], *, session: str, **kwargs: Any
+    ) -> RunResultStreaming:
+        """One turn of ``session`` (or the turn its approvals kept live), streamed to its end.
+
+        Raises :class:`RunStopped` when a stop (``runtime.abort(session)``, or the SDK's own
+        ``cancel()`` of the run) ended it, once every call it started is released.
+        """
+        turn = self._awaiting.pop(session, None)
+        if isinstance(input, RunState):
+            self._answer(session, input)
+        if turn is None or turn.settled.done():
+            turn = self.runtime.start_turn(session)
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(DAEMONS)  # sync tools' threads: daemons
+        token = _TURN.set(turn)
+        try:
+            result = Runner.run_streamed(self.agent, input, **kwargs)
+        finally:
+            _TURN.reset(token)
+
+        def cancel() -> None:
+            result.cancel("immediate")
+
+        turn.on_stop.append(cancel)
+        try:
+            async for _event in result.stream_events():
+                pass
+        except BaseException:
+            await turn.finish()
+            raise
+        finally:
+            turn.on_stop.remove(cancel)
+        cancelled = getattr(result, "_cancel_mode", "none") != "none"  # the SDK's own cancel()
+        if turn.stopping or cancelled:
+            if not turn.stopping:  # the SDK's own cancel: the same walk
+                await self.runtime.abort(session, source="api", turn=turn.id)
+            await turn.finish()
+            raise RunStopped(f"the run of session {session} was stopped")
+        if result.interruptions:
+            self._ask(turn, result.interruptions)
+            self._awaiting[session] = turn
+            return result
+        await turn.finish()
+        return result
+
+    async def _invoke(self, tool: FunctionTool, ctx: ToolContext[Any], input_json: str) -> Any:
+        """The SDK's call of ``tool``, run as a turnwatch call of the run's turn."""
+        turn = _TURN.get()
+        if turn is None:  # the wrapped agent run some other way: the SDK's behaviour
+            return await tool.on_invoke_tool(ctx, input_json)
+        session, call_id = turn.session.id, ctx.tool_call_id
+        slot = self.dispatch.slot(session, call_id)
+
+        async def handler(_args: Any) -> Any:
+            value = await tool.on_invoke_tool(ctx, input_json)
+            if slot.aborted is not None:
+                # The SDK turned run_command's CommandAbortedError into an error message for
+                # the model; the call was aborted, and its result is the ledger's.
+                raise CommandAbortedError(slot.aborted.error or "stopped")
+            return value
+
+        slot.handler.set_result((handler, None, contextvars.copy_context()))
+        try:
+            handle = slot.handle or turn.request(
+                tool.name,
+                _args(input_json),
+                call_id=call_id,
+                tool_class=self.classes[tool.name].value,
+            )
+            result = await handle.result()
+        finally:
+            self.dispatch.slots.pop((session, call_id), None)
+        if result.outcome is Outcome.COMPLETED:
+            return slot.value
+        if slot.error is not None:
+            raise slot.error
+        # Refused, discarded or aborted: the run is being cancelled; the model never sees this.
+        return f"TOOL_ABORTED: {result.outcome}"
+
+    def _ask(self, turn: Turn, items: Sequence[ToolApprovalItem]) -> None:
+        """Each approval the run waits for, a permission prompt on the turn."""
+        for item in items:
+            call_id = item.call_id
+            if call_id is None or item.tool_name is None:
+                continue
+            slot = self.dispatch.slot(turn.session.id, call_id)
+            slot.handle = turn.request(
+                item.tool_name,
+                _args(item.arguments),
+                call_id=call_id,
+                tool_class=self.classes.get(item.tool_name, ToolClass.EXTENSION).value,
+                ask_permission=True,
+            )
+
+    def _answer(self, session: str, state: RunState[Any]) -> None:
+        """The user's answers in ``state``, through the runtime: one a stop came before is
+        turned into a rejection before the SDK can run the call."""
+        context = state._context  # noqa: SLF001 - the SDK keeps the approvals there
+        if context is None:
+            return
+        for item in state.get_interruptions():
+            call_id, name = item.call_id, item.tool_name
+            if call_id is None or name is None:
+                continue
+            approved = context.is_tool_approved(name, call_id)
+            if approved is None:
+                continue  # not answered: the run will ask again
+            try:
+                said = self.runtime.answer_permission(session, call_id, approved)
+            except LookupError:
+                continue  # not a prompt of ours
+            if said is Answer.LATE:
+                state.reject(item, rejection_message=STOPPED)
+            if said is not Answer.GRANTED:
+                self.dispatch.slots.pop((session, call_id), None)
+
+
+def _args(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    try:
+        parsed = orjson.loads(raw or "{}")
+    except (orjson.JSONDecodeError, TypeError):
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
