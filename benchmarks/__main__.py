@@ -12,6 +12,7 @@ from pathlib import Path
 from benchmarks import (
     agentlogs,
     agentprocs,
+    agents_sdk,
     containment,
     instructions,
     integrations,
@@ -36,6 +37,7 @@ def main() -> None:
         watchdog.main,
         startup.main,
         integrations.main,
+        agents_sdk.main,
         agentlogs.main,
         agentprocs.main,
         instructions.main,
