@@ -262,3 +262,56 @@ def test_classes_naming_a_tool_the_agent_lacks_is_an_error(runtime: Runtime) -> 
         StoppableRunner(agent, runtime, classes={"nope": "process"})
     with pytest.raises(ToolClassError, match="not a tool class"):
         StoppableRunner(agent, runtime, default_class="sometimes")
+
+
+# --- tracing: turnwatch's spans carry the SDK trace's id ---
+
+
+async def test_the_stop_and_its_calls_join_the_sdk_s_trace() -> None:
+    from agents import set_trace_processors
+    from agents.tracing import Trace, TracingProcessor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tests.integrations.test_pydantic_ai import wait_forever
+    from turnwatch.runtime import LocalHost
+    from turnwatch.tracing.spans import SpanBuilder
+
+    traces: list[str] = []
+
+    class Seen(TracingProcessor):  # the SDK's traces, recorded here instead of exported
+        def on_trace_start(self, trace: Trace) -> None:
+            traces.append(trace.trace_id)
+
+        def on_trace_end(self, trace: Trace) -> None: ...
+        def on_span_start(self, span: Any) -> None: ...
+        def on_span_end(self, span: Any) -> None: ...
+        def shutdown(self) -> None: ...
+        def force_flush(self) -> None: ...
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    spans = SpanBuilder(provider.get_tracer("turnwatch"))
+    sink = MemorySink()
+    rt = Runtime(LocalHost(), grace_s=0.6, sink=lambda ev: sink(spans(ev)))
+    wait = function_tool(wait_forever, name_override="wait")
+    agent = Agent(name="a", model=scripted(("wait", {}, "t1")), tools=[wait])
+    set_trace_processors([Seen()])
+    set_tracing_disabled(False)
+    try:
+        runner = StoppableRunner(agent, rt, classes={"wait": "read_only"})
+        run = asyncio.ensure_future(runner.run("go", session="s"))
+        await sink.wait_for(names.TOOL_STARTED)
+        await rt.abort("s")
+        with pytest.raises(RunStopped):
+            await run
+    finally:
+        set_tracing_disabled(True)
+        set_trace_processors([])
+    (sdk_trace,) = traces
+    want = int(sdk_trace.removeprefix("trace_"), 16)
+    by_name = {sp.name: sp for sp in exporter.get_finished_spans()}
+    assert by_name[names.SPAN_STOP].context.trace_id == want
+    assert by_name["execute_tool wait"].context.trace_id == want

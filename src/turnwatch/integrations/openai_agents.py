@@ -24,6 +24,8 @@ The SDK's gaps, and what the wrapper does about each:
   records ``permission.late``.
 - Hosted tools (web search, file search, code interpreter) and MCP servers' tools run where
   turnwatch cannot reach them: observed, not enforced (the README's table).
+- The SDK traces a run its own way (not OpenTelemetry): turnwatch's spans of the run (the stop,
+  ``execute_tool`` per call) take the SDK trace's id, so the two line up in one trace.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import asyncio
 import contextvars
 import dataclasses
 import functools
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -133,6 +136,8 @@ class StoppableRunner:
             result = Runner.run_streamed(self.agent, input, **kwargs)
         finally:
             _TURN.reset(token)
+        if turn.traceparent is None:
+            turn.traceparent = _traceparent(result.trace)
 
         def cancel() -> None:
             result.cancel("immediate")
@@ -239,3 +244,22 @@ def _args(raw: Any) -> dict[str, Any]:
     except (orjson.JSONDecodeError, TypeError):
         return {}
     return parsed if isinstance(parsed, dict) else {}
+
+
+def _traceparent(sdk_trace: Any) -> str | None:
+    """The SDK's trace (``trace_<32 hex>``) as a W3C ``traceparent``: the stop and turnwatch's
+    ``execute_tool`` spans then carry the SDK trace's id, so a backend that also receives the
+    SDK's spans (through an OpenTelemetry processor of its own) shows one trace."""
+    trace_id = getattr(sdk_trace, "trace_id", None)
+    if not isinstance(trace_id, str) or not trace_id.startswith("trace_"):
+        return None
+    hex_id = trace_id.removeprefix("trace_")
+    if (
+        len(hex_id) != 32
+        or not all(c in "0123456789abcdef" for c in hex_id)
+        or set(hex_id) == {"0"}
+    ):
+        return None
+    # The SDK's spans are not OpenTelemetry spans: a parent id derived from the trace's.
+    parent = hashlib.blake2b(trace_id.encode(), digest_size=8).hexdigest()
+    return f"00-{hex_id}-{parent}-01"
