@@ -68,6 +68,8 @@ class _File:
         self.grew_at = time.monotonic()
         self.flushed = True
         self.saved_at = 0.0
+        self.saved_offset = -1  # what the last checkpoint said
+        self.seen: tuple[int, int] = (-1, -1)  # (size, mtime) at the last look: unchanged, no read
 
     def checkpoint(self) -> Checkpoint:
         state = self.tr.snapshot() if self.tr is not None else {}
@@ -191,12 +193,14 @@ class Follower:
         except FileNotFoundError:
             self._lose(f, "vanished; what was read of it is kept")
             return
+        changed = (st.st_size, st.st_mtime_ns) != f.seen
         if (st.st_dev, st.st_ino) != (f.dev, f.ino):
             self.note(f"{f.path}: replaced (rotated); reading the new file from its start")
             f = self._restart(f, st)
-        elif st.st_size < f.read_to or not self._same_head(f):
+        elif changed and (st.st_size < f.read_to or not self._same_head(f)):
             self.note(f"{f.path}: truncated or rewritten; reading it again from its start")
             f = self._restart(f, st)
+        f.seen = (st.st_size, st.st_mtime_ns)
         if st.st_size > f.read_to and not f.refused:
             self._read(f, st.st_size)
             f.grew_at, f.flushed = now, False
@@ -205,8 +209,8 @@ class Follower:
             self._emit(f.tr.flush())
             f.flushed = True
             self._save(f)
-        elif f.lines.consumed and now - f.saved_at >= QUIET_S:
-            self._save(f)
+        elif f.lines.consumed != f.saved_offset and now - f.saved_at >= QUIET_S:
+            self._save(f)  # a long burst: a checkpoint at most every QUIET_S
 
     def _same_head(self, f: _File) -> bool:
         if not f.head:
@@ -310,4 +314,4 @@ class Follower:
         if f.tr is None and not f.lines.consumed:
             return
         self.save(key(f.path), orjson.dumps(asdict(f.checkpoint())).decode())
-        f.saved_at = time.monotonic()
+        f.saved_at, f.saved_offset = time.monotonic(), f.lines.consumed
