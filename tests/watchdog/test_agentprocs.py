@@ -20,7 +20,8 @@ from tests.watchdog.helpers import Recorder
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.tracing.ledger import connect
-from turnwatch.watchdog.agentprocs import CONFIRM_S, Attributor, is_cli, is_shell_command
+from turnwatch.watchdog.agentmatch import is_cli, is_shell_command
+from turnwatch.watchdog.agentprocs import CONFIRM_S, Attributor
 
 FAKE = Path(__file__).with_name("fake_cli.py")
 

@@ -29,25 +29,26 @@ from typing import Any, Final
 import orjson
 
 from turnwatch import names
-from turnwatch.integrations.agentlogs.base import project_of
 from turnwatch.runtime.events import Event, EventSink
 from turnwatch.runtime.model import ToolClass
 from turnwatch.runtime.procfs import Proc, ProcessTable
+from turnwatch.watchdog.agentmatch import (
+    CLI_NAMES,
+    cwd_of,
+    holds_open,
+    in_project,
+    is_cli,
+    is_shell_command,
+    read_argv,
+)
 from turnwatch.watchdog.scan import Action, Finding
 
-#: How each CLI shows in a command line: executable or script names, and package paths.
-CLI_NAMES: Final[Mapping[str, tuple[frozenset[str], tuple[str, ...]]]] = {
-    "codex": (frozenset({"codex", "codex.js"}), ("@openai/codex",)),
-    "claude-code": (frozenset({"claude"}), ("@anthropic-ai/claude-code",)),
-    "gemini-cli": (frozenset({"gemini", "gemini.js"}), ("@google/gemini-cli",)),
-}
 #: The tool a CLI runs shell commands with: the name a recorded process's call carries.
 SHELL_TOOL: Final[Mapping[str, str]] = {
     "codex": "exec_command",
     "claude-code": "Bash",
     "gemini-cli": "run_shell_command",
 }
-SHELLS: Final = frozenset({"bash", "sh", "zsh", "dash", "ksh", "fish"})
 #: A shell is recorded at its second sighting, this much later: by then a CLI that declares
 #: background commands has written the call that says so.
 CONFIRM_S = 0.3
@@ -55,62 +56,6 @@ CONFIRM_S = 0.3
 WATCH_S = 3600.0
 #: Slack on the windows compared with process start times (clock ticks, write delays).
 SLACK_S = 1.0
-
-
-def _argv(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    except OSError:
-        return []
-
-
-def _cwd(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
-
-
-def holds_open(pid: int, path: str) -> bool:
-    """``pid`` has ``path`` open (the CLI writing its session file)."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def is_cli(source: str, argv: list[str]) -> bool:
-    """``argv`` is ``source``'s CLI: its name, or its package, among the first arguments."""
-    exact, packages = CLI_NAMES[source]
-    return any(os.path.basename(a) in exact or any(p in a for p in packages) for a in argv[:3])
-
-
-def is_shell_command(argv: list[str]) -> bool:
-    """A shell running a command string (``bash -c``, ``bash -lc``, ``sh -c``)."""
-    if not argv or os.path.basename(argv[0]).lstrip("-") not in SHELLS:
-        return False
-    return any(a.startswith("-") and not a.startswith("--") and "c" in a for a in argv[1:4])
-
-
-def in_project(project: str, cwd: str) -> bool:
-    """``cwd``, or a directory above it (a repository's root), hashes to ``project``."""
-
-    d = cwd
-    while True:
-        if project_of(d) == project:
-            return True
-        up = os.path.dirname(d)
-        if up == d:
-            return False
-        d = up
 
 
 @dataclass
@@ -386,13 +331,13 @@ class Attributor:
     def _args(self, p: Proc) -> list[str]:
         key = (p.pid, p.create_time)
         if key not in self._argv:
-            self._argv[key] = _argv(p.pid)
+            self._argv[key] = read_argv(p.pid)
         return self._argv[key]
 
     def _dir(self, p: Proc) -> str | None:
         key = (p.pid, p.create_time)
         if key not in self._cwd:
-            self._cwd[key] = _cwd(p.pid)
+            self._cwd[key] = cwd_of(p.pid)
         return self._cwd[key]
 
     def _forget(self, table: ProcessTable) -> None:
