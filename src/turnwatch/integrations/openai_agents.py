@@ -13,7 +13,8 @@ The SDK's gaps, and what the wrapper does about each:
   ``cancel("immediate")`` of it. ``run()`` then waits for turnwatch's own record of the calls in
   flight, not for the SDK, and raises :class:`RunStopped` once the turn has settled.
 - Sync function tools run through ``asyncio.to_thread``, whose threads outlive a cancel and keep
-  the interpreter from exiting: during a run the loop's default executor makes daemon threads.
+  the interpreter from exiting: the wrapper sets the running loop's default executor to one of
+  daemon threads (for the loop's life: ``to_thread`` elsewhere gets daemon threads too).
 - Each ``FunctionTool`` runs under the policy of its class, from :func:`tool_class` or
   ``classes=`` (else ``default_class``, ``mutating``, so a tool nobody classified is never
   abandoned): ``read_only`` raced and discarded, ``process`` tools (async, starting commands with
