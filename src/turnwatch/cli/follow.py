@@ -1,16 +1,24 @@
-"""``serve-metrics``: counters and histograms rebuilt from a ledger, then following it."""
+"""``serve-metrics``: counters and histograms rebuilt from a ledger, then following it; and,
+with ``--events``, ``POST /v1/events`` recording into the same ledger."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from turnwatch.exporters import http
 from turnwatch.exporters.metrics import LiveCollector, StopMetrics
+from turnwatch.exporters.otel import tracer_provider
+from turnwatch.runtime.events import Event
+from turnwatch.tracing.eventsapi import MAX_BYTES, PATH, EventsApp
 from turnwatch.tracing.follower import LedgerFollower
+from turnwatch.tracing.ledger import Ledger
+from turnwatch.tracing.pipeline import Telemetry
+from turnwatch.tracing.spans import SpanBuilder
 from turnwatch.watchdog.gauges import live_state
 
 
@@ -28,16 +36,61 @@ def serve_ledger_metrics(
     poll_s: float = 1.0,
     say: Callable[[str], None] = print,
     stop: threading.Event | None = None,
+    events: EventsOptions | None = None,
 ) -> None:
-    """Serve until ``stop`` is set (or forever)."""
+    """Serve until ``stop`` is set (or forever); with ``events``, ``POST /v1/events`` too."""
     registry = CollectorRegistry()
     follower, _metrics = build(path, registry)
     replayed = follower.poll()
-    server, port = http.serve(registry, addr)
+    routes, close = _events_route(path, events) if events is not None else ({}, None)
+    try:
+        server, port = http.serve(registry, addr, routes=routes)
+    except BaseException:
+        if close is not None:
+            close()
+        raise
     say(f"serving {http.url(addr, port)} ({replayed} events replayed from {path})")
+    if events is not None:
+        say(f"accepting events at {http.url(addr, port).removesuffix('/metrics')}{PATH}")
     stop = stop or threading.Event()
     try:
         while not stop.wait(poll_s):
             follower.poll()
     finally:
         http.stop(server)
+        if close is not None:
+            close()
+
+
+@dataclass(frozen=True)
+class EventsOptions:
+    """How ``POST /v1/events`` is guarded."""
+
+    token: str | None = None
+    origins: tuple[str, ...] = ()
+    max_bytes: int = MAX_BYTES
+
+
+def _events_route(
+    path: Path, opts: EventsOptions
+) -> tuple[dict[str, http.WSGIApp], Callable[[], None]]:
+    """The events endpoint over the ledger at ``path`` (spans built as for ``ingest``)."""
+    provider = tracer_provider()
+    ledger = Ledger(path)
+    telemetry = Telemetry(
+        ledger=ledger, spans=SpanBuilder(provider.get_tracer("turnwatch")), dedup=True
+    )
+    lock = threading.Lock()
+
+    def record(batch: list[Event]) -> None:
+        with lock:  # one request's events together, and durable before the reply
+            for ev in batch:
+                telemetry(ev)
+            ledger.flush(timeout=30)
+
+    def close() -> None:
+        ledger.close()
+        provider.shutdown()
+
+    app = EventsApp(record, token=opts.token, origins=opts.origins, max_bytes=opts.max_bytes)
+    return {PATH: app}, close

@@ -1,13 +1,20 @@
-"""The metrics endpoint: Prometheus text, or OpenMetrics (with exemplars) when the scraper asks."""
+"""The metrics endpoint: Prometheus text, or OpenMetrics (with exemplars) when the scraper asks;
+and, beside it, whatever other routes a command serves (``POST /v1/events``)."""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
 import threading
-from wsgiref.simple_server import WSGIServer
+from collections.abc import Callable, Iterable, Mapping
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app, start_http_server
+
+#: A WSGI application, as ``routes`` takes them.
+WSGIApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
 
 DEFAULT_ADDR = "127.0.0.1:9464"
 
@@ -46,15 +53,40 @@ def _looks_numeric(host: str) -> bool:
     return all(part.isdigit() for part in host.split(".")) and "." in host
 
 
-def serve(registry: CollectorRegistry, addr: str = DEFAULT_ADDR) -> tuple[WSGIServer, int]:
-    """Serve ``/metrics`` in a daemon thread; returns the server and the bound port.
+def serve(
+    registry: CollectorRegistry,
+    addr: str = DEFAULT_ADDR,
+    *,
+    routes: Mapping[str, WSGIApp] | None = None,
+) -> tuple[WSGIServer, int]:
+    """Serve ``/metrics`` (and ``routes``: path → WSGI app) in a daemon thread; returns the
+    server and the bound port.
 
     A bad or busy address is a ValueError naming it (never a traceback)."""
     host, port = parse_addr(addr)
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        if not routes:
+            server, _thread = start_http_server(port, addr=host, registry=registry)
+            return server, int(server.server_port)
+        metrics = make_wsgi_app(registry)
+        table = dict(routes)
+
+        def app(environ: dict[str, Any], start: Any) -> Any:
+            route = table.get(environ.get("PATH_INFO", ""))
+            return (route or metrics)(environ, start)
+
+        class Server(ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        server = make_server(host, port, app, server_class=Server, handler_class=Quiet)
     except OSError as exc:
         raise ValueError(f"cannot listen on {addr}: {exc.strerror or exc}") from None
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, int(server.server_port)
 
 

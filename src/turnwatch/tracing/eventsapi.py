@@ -1,0 +1,119 @@
+"""``POST /v1/events``: turnwatch events over HTTP (a browser's click and idle, a foreign runtime),
+JSON lines in the schema ``turnwatch ingest`` reads, with the same validation.
+
+A WSGI application. What it answers:
+
+- ``200`` ``{"accepted": N}``: every line was good, and every event is recorded.
+- ``400`` ``{"bad": [{"line": N, "reason": "..."}]}``: some line was bad; **nothing** of the
+  request is recorded (a request is one batch: its good lines are committed with it, or not at
+  all, so a retry after fixing the bad line stores each event once).
+- ``413`` over ``max_bytes``, read no further; ``401`` without the bearer token when one is set;
+  ``403`` from an ``Origin`` not on the allow-list; ``405`` for any other method; ``404``
+  elsewhere. A preflight ``OPTIONS`` from an allowed origin gets the CORS headers.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from turnwatch.runtime.events import Event
+from turnwatch.tracing.ingest import BadLine, parse_line
+
+PATH = "/v1/events"
+#: The default limit of a request's body: a browser's batch is a few kilobytes.
+MAX_BYTES = 1024 * 1024
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+class EventsApp:
+    """The endpoint, handing each good request's events to ``record`` as one batch, which
+    returns once they are durable (the reply says they are)."""
+
+    def __init__(
+        self,
+        record: Callable[[list[Event]], None],
+        *,
+        token: str | None = None,
+        origins: Sequence[str] = (),
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
+        self.record = record
+        self.token = token
+        self.origins = frozenset(origins)
+        self.max_bytes = max_bytes
+
+    def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET")
+        origin = environ.get("HTTP_ORIGIN")
+        cors: list[tuple[str, str]] = []
+        if origin is not None:
+            if origin not in self.origins:
+                return _reply(start, "403 Forbidden", {"error": f"origin {origin} not allowed"})
+            cors = [
+                ("Access-Control-Allow-Origin", origin),
+                ("Vary", "Origin"),
+                ("Access-Control-Allow-Headers", "Authorization, Content-Type"),
+                ("Access-Control-Allow-Methods", "POST, OPTIONS"),
+            ]
+        if method == "OPTIONS":
+            start("204 No Content", cors)
+            return [b""]
+        if method != "POST":
+            return _reply(start, "405 Method Not Allowed", {"error": "POST only"}, cors)
+        if self.token is not None and not _bearer_ok(environ, self.token):
+            return _reply(start, "401 Unauthorized", {"error": "a bearer token is required"}, cors)
+        try:
+            size = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            size = -1
+        if size < 0 or size > self.max_bytes:
+            return _reply(
+                start,
+                "413 Content Too Large",
+                {"error": f"the body is over the {self.max_bytes}-byte limit (or unsized)"},
+                cors,
+            )
+        events, bad = parse_body(environ["wsgi.input"].read(size) if size else b"")
+        if bad:
+            lines = [{"line": b.lineno, "reason": b.reason} for b in bad[:100]]
+            return _reply(start, "400 Bad Request", {"bad": lines, "accepted": 0}, cors)
+        self.record(events)
+        return _reply(start, "200 OK", {"accepted": len(events)}, cors)
+
+
+def parse_body(body: bytes) -> tuple[list[Event], list[BadLine]]:
+    """A request's lines: its events, and its bad lines (by number, from 1)."""
+    events: list[Event] = []
+    bad: list[BadLine] = []
+    for lineno, raw in enumerate(body.split(b"\n"), start=1):
+        parsed = parse_line(raw, lineno)
+        if isinstance(parsed, BadLine):
+            bad.append(parsed)
+        elif parsed is not None:
+            events.append(parsed)
+    return events, bad
+
+
+def _bearer_ok(environ: dict[str, Any], token: str) -> bool:
+    given = str(environ.get("HTTP_AUTHORIZATION") or "")
+    scheme, _, value = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip(), token)
+
+
+def _reply(
+    start: StartResponse,
+    status: str,
+    body: dict[str, Any],
+    headers: list[tuple[str, str]] | None = None,
+) -> list[bytes]:
+    data = json.dumps(body).encode()
+    start(
+        status,
+        [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+        + (headers or []),
+    )
+    return [data]
