@@ -62,7 +62,11 @@ def ingest(
         if len(sources) != 1:
             raise fail("event lines are read from one file or - at a time")
         if fmt not in (None, agentscmd.EVENTS):
-            raise fail(f"--follow reads event lines; follow {fmt} files with `watch --agents`")
+            how = "--follow" if follow else "standard input (-)"
+            raise fail(
+                f"{how} is read as event lines; give {fmt} files by path "
+                "(and follow them with `watch --agents`)"
+            )
         _ingest_events(sources[0], ledger, follow)
     else:
         _ingest_agent_logs(paths, ledger, fmt, keep_args)
