@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import GRACE, Procs, release_when_read, task_done, until, worker_alive
 from turnwatch import names
 from turnwatch.runtime import CallHandle, LocalHost, MemorySink, Outcome, Receipt, Runtime
-from turnwatch.runtime.tools.process import ANSWER_MARGIN_S
+from turnwatch.runtime.tools.process import kill_after
 from turnwatch.testing import ManualClock, check_invariants
 
 #: Invariant 3's "small slack" after the grace window.
@@ -100,7 +100,7 @@ async def test_bash_that_ignores_sigterm_is_killed_with_its_tree(
 
     stop = asyncio.ensure_future(runtime.abort("s"))
     await clock.until_waiting(2)  # the runtime's grace window and the host's SIGTERM → SIGKILL
-    clock.advance(GRACE - ANSWER_MARGIN_S)  # the host's deadline only
+    clock.advance(kill_after(GRACE))  # the host's deadline only
 
     result = await call.result()
     await stop
@@ -153,13 +153,13 @@ async def test_default_grace_window_is_ten_seconds(sink: MemorySink, procs: Proc
     await asyncio.sleep(0.2)
     assert not call.outcome
     assert procs.alive() != []
-    clock.advance(10.0 - ANSWER_MARGIN_S - 9.0)  # the host's deadline: SIGKILL
+    clock.advance(kill_after(10.0) - 9.0)  # the host's deadline: SIGKILL
 
     result = await call.result()
     await stop
     assert result.data is not None
     assert result.data["terminated_by"] == "SIGKILL"
-    assert result.data["stop_to_exit_s"] == 10.0 - ANSWER_MARGIN_S
+    assert result.data["stop_to_exit_s"] == kill_after(10.0)
     assert procs.alive() == []
 
 
@@ -306,3 +306,14 @@ async def test_a_finished_call_keeps_its_output_once(runtime: Runtime) -> None:
     assert result.output.count("x") == 200_000
     kept = turn.calls[call.call_id]
     assert not kept.output
+
+
+def test_the_host_kills_within_what_is_left_of_the_runtime_s_window() -> None:
+    """The host counts from the runtime's start (tools.abort's deadline), so an abort delivered
+    late by a busy loop is killed sooner, and its answer still lands inside the window."""
+    assert kill_after(1.0) == pytest.approx(0.65)
+    assert kill_after(1.0, 1.0) == pytest.approx(0.65)
+    assert kill_after(1.0, 0.5) == pytest.approx(0.25)  # half the window already gone
+    assert kill_after(1.0, 0.2) == pytest.approx(0.1)  # never less than half of what is left
+    assert kill_after(1.0, -3.0) == 0.0  # overdue: at once
+    assert kill_after(1.0, 9.0) == pytest.approx(0.65)  # never later than the window

@@ -265,6 +265,7 @@ class Call:
                 source,
                 self.env.grace_s,
                 self.turn.traceparent,
+                self.env.clock.monotonic() + self.env.grace_s,
             )
         )
 

@@ -33,8 +33,18 @@ from turnwatch.runtime.tools.files import ToolArgumentError
 
 #: After the process ended, how long readers may drain pipes a grandchild may still hold.
 DRAIN_CAP_S = 0.25
-#: The host answers this much before the runtime's grace window ends, so its answer lands in it.
-ANSWER_MARGIN_S = 0.25
+#: The host answers this much before the runtime's grace window ends, so its answer lands in it
+#: (SIGKILL, the group gone, the pipes drained: on a loaded two-core machine, 0.25 s was not
+#: always enough).
+ANSWER_MARGIN_S = 0.35
+
+
+def kill_after(grace_s: float, left_s: float | None = None) -> float:
+    """How long after SIGTERM the host sends SIGKILL: what is left of the runtime's window (it
+    began when tools.abort was sent; ``left_s`` None: all of it), less the margin the answer needs
+    to land inside it, and never less than half of what is left."""
+    left = grace_s if left_s is None else min(max(left_s, 0.0), grace_s)
+    return max(left - ANSWER_MARGIN_S, left / 2)
 
 
 @functools.cache
@@ -217,7 +227,8 @@ async def _terminate(
     assert ctx.abort is not None
     clock = ctx.clock
     started = clock.monotonic()
-    window = max(ctx.abort.grace_s - ANSWER_MARGIN_S, ctx.abort.grace_s / 2)
+    left = None if ctx.abort.deadline is None else ctx.abort.deadline - started
+    window = kill_after(ctx.abort.grace_s, left)
     target = await box.target(proc.pid, marker, cgroup)
     try:
         ended = await terminate.terminate(target, window, clock=clock)
