@@ -39,8 +39,8 @@ class AbortRequest:
     source: str
     grace_s: float  # the runtime's window; the host must have answered before it ends
     traceparent: str | None = None
-    #: When the runtime's window ends, on the clock both share (the runtime's and the host's):
-    #: the host's own window is counted from the runtime's start, not from when the message
+    #: When the runtime's window ends (``time.monotonic()``; None on a test's manual clock): the
+    #: host's own window is counted from the runtime's start, not from when the message
     #: arrived, so a busy loop's delivery delay cannot push the host's answer past it.
     deadline: float | None = None
 

@@ -25,6 +25,7 @@ from typing import Any
 from turnwatch import names
 from turnwatch.runtime import procfs, terminate
 from turnwatch.runtime.cgroup import ENTER_FAILED, CallCgroup
+from turnwatch.runtime.clock import REAL
 from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
 from turnwatch.runtime.tools import proctree
 from turnwatch.runtime.tools.containment import Containers
@@ -227,7 +228,8 @@ async def _terminate(
     assert ctx.abort is not None
     clock = ctx.clock
     started = clock.monotonic()
-    left = None if ctx.abort.deadline is None else ctx.abort.deadline - started
+    deadline = ctx.abort.deadline if clock is REAL else None
+    left = deadline - time.monotonic() if deadline is not None else None
     window = kill_after(ctx.abort.grace_s, left)
     target = await box.target(proc.pid, marker, cgroup)
     try:
