@@ -206,7 +206,10 @@ def test_a_headless_cli_stopped_what_lives_on_is_ended_and_nothing_else(
                     lambda: not alive(sleeper.pid, sleeper_ct),
                     timeout=30,
                 )
-                if stop == signal.SIGINT:  # a CLI killed outright logs nothing
+                # A CLI killed outright logs nothing; Claude Code on Ctrl-C usually logs the
+                # interrupt, but has exited before writing it (seen once in CI): then the
+                # watchdog settles the turn of a CLI that is gone, which the finding says.
+                if stop == signal.SIGINT and cli != "claude":
                     wait_for(
                         "the interrupt read from the CLI's log",
                         lambda: rows(
