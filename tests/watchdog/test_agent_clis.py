@@ -43,6 +43,12 @@ def finding_kinds(ledger: Path) -> set[object]:
     return {r[0] for r in rows(ledger, sql, names.WATCHDOG_FINDING)}
 
 
+def ended(ledger: Path, pid: object) -> None:
+    """Wait until the watchdog recorded the end of the command it recorded as ``pid``."""
+    sql = "SELECT 1 FROM calls WHERE pid = ? AND ended_ts IS NOT NULL"
+    wait_for("the command's end recorded", lambda: rows(ledger, sql, pid))
+
+
 def wait_for(what: str, check: object, timeout: float = 60.0) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -216,7 +222,7 @@ def test_a_headless_cli_stopped_what_lives_on_is_ended_and_nothing_else(
                             ledger, "SELECT 1 FROM events WHERE kind = ?", names.STOP_CLICKED
                         ),
                     )
-                time.sleep(3.0)  # scans past the grace window: nothing for the watchdog
+                ended(ledger, shell_pid)  # the watchdog saw it gone: nothing left to end
                 reaped = rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED)
                 assert reaped == []
             else:
@@ -268,7 +274,7 @@ def test_gemini_interactive_esc_kills_its_command_and_the_watchdog_touches_nothi
             "the cancel read from the log",
             lambda: rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.STOP_CLICKED),
         )
-        time.sleep(3.0)  # two scans past the 1 s grace window
+        ended(ledger, shell[0])  # the watchdog saw it gone: nothing left to end
         kinds = finding_kinds(ledger)
         assert not kinds & {names.F_ORPHAN_TOOL_PROCESS, names.F_ABORTED_WITH_LIVE_PROCESS}
         assert rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED) == []

@@ -88,20 +88,20 @@ class Harness:
 
         self.attr = Attributor(sink, say=self.said.append)
 
-    def step(self) -> int:
+    def step(self, now: float | None = None) -> int:
         self.rec.ledger.flush()
         conn = connect(self.path, readonly=True)
         try:
-            return self.attr.step(conn)
+            return self.attr.step(conn, now=now)
         finally:
             conn.close()
             self.rec.ledger.flush()
 
     def settle(self) -> None:
         """Two looks, the confirmation delay apart: a shell seen twice is recorded."""
-        self.step()
-        time.sleep(CONFIRM_S + 0.05)
-        self.step()
+        now = time.time()
+        self.step(now)
+        self.step(now + 2 * CONFIRM_S)  # on the attributor's clock, not by sleeping
 
     def kinds(self) -> list[str]:
         return [e.kind for e in self.events]

@@ -111,10 +111,10 @@ class AgentWatch:
 
     def poll(self, *, final: bool = False) -> None:
         """Read what the files gained; then, with it recorded, look at the processes."""
-        self.follower.poll(final=final)
-        self.ledger.flush(timeout=10)
-        self.attributor.step(self.conn)
-        self.ledger.flush(timeout=10)
+        if self.follower.poll(final=final):
+            self.ledger.flush(timeout=10)  # the attributor reads the sessions the files named
+        if self.attributor.step(self.conn):
+            self.ledger.flush(timeout=10)
 
     def close(self) -> None:
         self.follower.close()

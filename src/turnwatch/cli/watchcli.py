@@ -104,12 +104,13 @@ def watch(
 
         where = roots(codex_dir, claude_dir, gemini_dir)
         follow = watchcmd.Agents(where, keep_args=keep_args, thread=not once, say=say)
+    cfg = config(grace, pinned_after, overdue_after)
     if not once:
         try:
             with exporter_config():
                 watchcmd.loop(
                     path,
-                    config(grace, pinned_after, overdue_after),
+                    cfg,
                     interval_s=interval,
                     recover=recover,
                     dry_run=dry_run,
@@ -123,7 +124,7 @@ def watch(
     with exporter_config():
         cycle = watchcmd.once(
             path,
-            config(grace, pinned_after, overdue_after),
+            cfg,
             recover=recover,
             dry_run=dry_run,
             say=say,

@@ -62,6 +62,10 @@ def class_of(name: str, metadata: Mapping[str, Any] | None, default: ToolClass) 
         ) from None
 
 
+#: What a framework's model is told of an approval the stop came before (it is refused).
+STOPPED = "The user stopped the turn before this call was approved."
+
+
 _CURRENT: contextvars.ContextVar[Slot | None] = contextvars.ContextVar(
     "turnwatch_call", default=None
 )

@@ -47,6 +47,7 @@ from agents.tool_context import ToolContext
 from turnwatch.integrations.calls import (
     CLASS_KEY,
     DAEMONS,
+    STOPPED,
     CommandAbortedError,
     CommandResult,
     ToolClassError,
@@ -61,6 +62,7 @@ from turnwatch.runtime.session import Turn
 
 __all__ = [
     "CLASS_KEY",
+    "STOPPED",
     "CommandAbortedError",
     "CommandResult",
     "RunStopped",
@@ -69,8 +71,6 @@ __all__ = [
     "run_command",
     "tool_class",
 ]
-
-STOPPED = "The user stopped the turn before this call was approved."
 
 #: The turn a run's tool calls belong to: set around the run, copied into the SDK's run task.
 _TURN: contextvars.ContextVar[Turn | None] = contextvars.ContextVar("turnwatch_turn", default=None)

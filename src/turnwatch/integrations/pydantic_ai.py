@@ -54,6 +54,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from turnwatch.integrations.calls import (
     CLASS_KEY,
     DAEMONS,
+    STOPPED,
     CommandAbortedError,
     CommandResult,
     ToolClassError,
@@ -68,14 +69,13 @@ from turnwatch.runtime.session import Turn
 
 __all__ = [
     "CLASS_KEY",
+    "STOPPED",
     "CommandAbortedError",
     "CommandResult",
     "StoppableAgent",
     "ToolClassError",
     "run_command",
 ]
-
-STOPPED = "The user stopped the turn before this call was approved."
 
 Deps = TypeVar("Deps")
 Out = TypeVar("Out")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from turnwatch.integrations.agentlogs.base import Translator
 from turnwatch.integrations.agentlogs.classes import TABLES, class_for
-from turnwatch.integrations.agentlogs.formats import FORMATS, default_roots, detect, session_files
+from turnwatch.integrations.agentlogs.formats import FORMATS, default_roots, session_files
 from turnwatch.integrations.agentlogs.reader import NotASessionFile, Problem, Report, read_file
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "Translator",
     "class_for",
     "default_roots",
-    "detect",
     "read_file",
     "session_files",
 ]

@@ -9,8 +9,7 @@ flight). It is handed to ``save`` behind the events it covers; ``load`` gives it
 - A file truncated or rewritten in place (its first bytes changed) is read again from its start;
   a file replaced under its name (rotation) is read as the new file it is. Either way the ledger
   keeps what was read before, and deduplication keeps a line read twice from counting twice.
-- A file that vanishes is reported once and forgotten; a file of no known format is reported
-  once and never read again.
+- A file that vanishes is reported once and forgotten.
 """
 
 from __future__ import annotations
@@ -25,9 +24,9 @@ from typing import Any
 import orjson
 
 from turnwatch.integrations.agentlogs.base import BadRecord, Translator
-from turnwatch.integrations.agentlogs.formats import FORMATS, session_files, sniff
+from turnwatch.integrations.agentlogs.formats import FORMATS, session_files
 from turnwatch.integrations.agentlogs.lines import CHUNK, LineReader
-from turnwatch.integrations.agentlogs.reader import SNIFF_LINES, Problem, Report, parse
+from turnwatch.integrations.agentlogs.reader import Problem, Report, parse
 from turnwatch.runtime.events import Event
 
 #: How many first bytes identify a file's contents (a rewrite in place changes them).
@@ -45,7 +44,7 @@ class Checkpoint:
     offset: int
     lineno: int
     head: str
-    fmt: str | None
+    fmt: str
     state: dict[str, Any] = field(default_factory=dict)
 
 
@@ -55,16 +54,13 @@ def key(path: Path) -> str:
 
 
 class _File:
-    def __init__(self, path: Path, fmt: str | None, st: os.stat_result) -> None:
+    def __init__(self, path: Path, tr: Translator, st: os.stat_result) -> None:
         self.path = path
-        self.fmt = fmt
+        self.tr = tr  # the format is the root's: every followed file is of a known CLI
         self.dev, self.ino = st.st_dev, st.st_ino
         self.lines = LineReader()
         self.read_to = 0  # bytes read, including a partial line held in ``lines``
         self.head = b""
-        self.tr: Translator | None = None
-        self.sniffed: list[Any] = []  # records read before the format was known
-        self.refused = False
         self.grew_at = time.monotonic()
         self.flushed = True
         self.saved_at = 0.0
@@ -72,15 +68,14 @@ class _File:
         self.seen: tuple[int, int] = (-1, -1)  # (size, mtime) at the last look: unchanged, no read
 
     def checkpoint(self) -> Checkpoint:
-        state = self.tr.snapshot() if self.tr is not None else {}
         return Checkpoint(
             self.dev,
             self.ino,
             self.lines.consumed,
             self.lines.lineno,
             self.head.hex(),
-            self.fmt,
-            state,
+            self.tr.source,
+            self.tr.snapshot(),
         )
 
 
@@ -129,8 +124,7 @@ class Follower:
         self.poll(final=True)
         for f in self.files.values():
             self._save(f)
-            if f.tr is not None:
-                self.report.unknown.update(f.tr.unknown)
+            self.report.unknown.update(f.tr.unknown)
         if self.report.unknown:  # counted, never fatal: a newer CLI writes record types we skip
             kinds = ", ".join(f"{k} ×{n}" for k, n in self.report.unknown.most_common(5))
             self.note(f"records of types turnwatch does not read: {kinds}")
@@ -151,14 +145,13 @@ class Follower:
                 f"following {new} new session file(s), {resumed} resumed where the last run stopped"
             )
 
-    def _open(self, path: Path, fmt: str | None) -> bool:
+    def _open(self, path: Path, fmt: str) -> bool:
         """Start following ``path``; True when it resumes at a checkpoint."""
         try:
             st = path.stat()
         except FileNotFoundError:
             return False
-        f = self.files[path] = _File(path, fmt, st)
-        self._translator(f)
+        f = self.files[path] = _File(path, self._translator(fmt, path), st)
         self.report.files += 1
         raw = self.load(key(path))
         if raw is None:
@@ -179,12 +172,9 @@ class Follower:
         if head.hex() != cp.head:
             self.note(f"{path}: rewritten since last read; reading it from its start")
             return False
-        f.fmt = cp.fmt or fmt
         f.lines = LineReader(offset=cp.offset, lineno=cp.lineno)
         f.read_to, f.head = cp.offset, head
-        self._translator(f)
-        if f.tr is not None:
-            f.tr.restore(cp.state)
+        f.tr.restore(cp.state)
         return True
 
     def _step(self, f: _File, now: float, final: bool) -> None:
@@ -201,11 +191,11 @@ class Follower:
             self.note(f"{f.path}: truncated or rewritten; reading it again from its start")
             f = self._restart(f, st)
         f.seen = (st.st_size, st.st_mtime_ns)
-        if st.st_size > f.read_to and not f.refused:
+        if st.st_size > f.read_to:
             self._read(f, st.st_size)
             f.grew_at, f.flushed = now, False
         quiet = now - f.grew_at >= QUIET_S
-        if f.tr is not None and not f.flushed and (quiet or final):
+        if not f.flushed and (quiet or final):
             self._emit(f.tr.flush())
             f.flushed = True
             self._save(f)
@@ -222,26 +212,16 @@ class Follower:
             return True  # gone: the next look says so
 
     def _restart(self, f: _File, st: os.stat_result) -> _File:
-        if f.tr is not None:
-            self._emit(f.tr.flush())
-        fresh = self.files[f.path] = _File(f.path, self._root_fmt(f.path), st)
-        self._translator(fresh)
+        self._emit(f.tr.flush())
+        fresh = self.files[f.path] = _File(f.path, self._translator(f.tr.source, f.path), st)
         return fresh
 
-    def _translator(self, f: _File) -> None:
-        if f.fmt is not None:
-            f.tr = FORMATS[f.fmt](log=str(f.path), keep_args=self.keep_args)
-
-    def _root_fmt(self, path: Path) -> str | None:
-        for fmt, root in self.roots.items():
-            if root in path.parents:
-                return fmt
-        return None
+    def _translator(self, fmt: str, path: Path) -> Translator:
+        return FORMATS[fmt](log=str(path), keep_args=self.keep_args)
 
     def _lose(self, f: _File, why: str) -> None:
         self._problem(Problem(str(f.path), 0, why))
-        if f.tr is not None:
-            self._emit(f.tr.flush())
+        self._emit(f.tr.flush())
         self.files.pop(f.path, None)
         self._gone.add(f.path)
 
@@ -251,12 +231,11 @@ class Follower:
                 if len(f.head) < HEAD_BYTES:
                     f.head = fh.read(HEAD_BYTES)
                 fh.seek(f.read_to)
-                while f.read_to < size and not f.refused:
+                while f.read_to < size:
                     chunk = fh.read(min(CHUNK, size - f.read_to))
                     if not chunk:
                         break
                     f.read_to += len(chunk)
-                    self.report.bytes += len(chunk)
                     self._lines(f, f.lines.push(chunk))
         except FileNotFoundError:
             self._lose(f, "vanished while being read; what was read of it is kept")
@@ -271,35 +250,10 @@ class Follower:
             if rec is None:
                 continue
             self.report.records += 1
-            if f.tr is None:
-                self._sniff(f, rec)
-                continue
             try:
                 self._emit(f.tr.feed(rec))
             except BadRecord as exc:
                 self._problem(Problem(str(f.path), lineno, str(exc)))
-            if f.refused:
-                return
-
-    def _sniff(self, f: _File, rec: Any) -> None:
-        f.sniffed.append(rec)
-        found = sniff(rec)
-        if found is None and len(f.sniffed) < SNIFF_LINES:
-            return
-        if found is None:
-            f.refused = True
-            self._problem(
-                Problem(str(f.path), 0, "not a Codex, Claude Code or Gemini CLI session file")
-            )
-            return
-        f.fmt = found
-        f.tr = FORMATS[found](log=str(f.path), keep_args=self.keep_args)
-        for r in f.sniffed:
-            try:
-                self._emit(f.tr.feed(r))
-            except BadRecord as exc:
-                self._problem(Problem(str(f.path), 0, str(exc)))
-        f.sniffed = []
 
     def _emit(self, events: list[Event]) -> None:
         for ev in events:
@@ -311,7 +265,5 @@ class Follower:
         self.on_problem(p)
 
     def _save(self, f: _File) -> None:
-        if f.tr is None and not f.lines.consumed:
-            return
         self.save(key(f.path), orjson.dumps(asdict(f.checkpoint())).decode())
         f.saved_at, f.saved_offset = time.monotonic(), f.lines.consumed

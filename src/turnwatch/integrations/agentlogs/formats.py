@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,25 +40,12 @@ def sniff(rec: Any) -> str | None:
     return None
 
 
-def detect(records: Iterable[Any]) -> str | None:
-    """The format of the first record that says, or None."""
-    for rec in records:
-        found = sniff(rec)
-        if found is not None:
-            return found
-    return None
-
-
-def _home() -> Path:
-    return Path(os.environ.get("HOME") or Path.home())
-
-
 #: Where each CLI writes its session files, and the environment variable that moves it.
 def default_roots(env: Mapping[str, str] | None = None) -> dict[str, Path]:
     """``{format: directory}``: ``$CODEX_HOME/sessions`` (``~/.codex/sessions``),
     ``$CLAUDE_CONFIG_DIR/projects`` (``~/.claude/projects``), ``~/.gemini/tmp``."""
     env = os.environ if env is None else env
-    home = Path(env.get("HOME") or _home())
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
     codex = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
     claude = Path(env["CLAUDE_CONFIG_DIR"]) if env.get("CLAUDE_CONFIG_DIR") else home / ".claude"
     return {

@@ -46,13 +46,11 @@ class Report:
     """What reading did: counts, and the problems (the first :data:`MAX_REPORTED`)."""
 
     files: int = 0
-    bytes: int = 0
     records: int = 0
     events: int = 0
     problems: list[Problem] = field(default_factory=list)
     problem_count: int = 0
     unknown: Counter[str] = field(default_factory=Counter)
-    formats: Counter[str] = field(default_factory=Counter)
 
     def problem(self, p: Problem) -> None:
         self.problem_count += 1
@@ -125,7 +123,6 @@ def read_file(
         if tr.session is None and seen:
             raise NotASessionFile(f"{name}: no {fmt} session record (is it a {fmt} file?)")
     report.files += 1
-    report.formats[fmt] += 1
     report.unknown.update(tr.unknown)
     return report
 
@@ -145,6 +142,5 @@ def _records(f: Any, name: str, report: Report) -> Iterator[tuple[int, Any]]:
                 yield lineno, rec
 
     while chunk := f.read(CHUNK):
-        report.bytes += len(chunk)
         yield from parsed(lines.push(chunk))
     yield from parsed(lines.end())
