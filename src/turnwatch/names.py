@@ -69,6 +69,9 @@ EVENT_KINDS: Final = frozenset(STOP_PATH_KINDS + OTHER_KINDS)
 
 # --- Event attribute keys (design §3; documented in docs/names.md, "Event attributes") ---
 K_SOURCE: Final = "source"
+#: ``attrs.source`` of the browser module's ``stop.clicked`` and ``processing.cleared`` (design
+#: §6a): their times are the browser's clock, read at the click and when the UI rendered idle.
+SOURCE_BROWSER: Final = "browser"
 K_MODE: Final = "mode"
 K_RECEIPT: Final = "receipt"
 K_TRACEPARENT: Final = "traceparent"

@@ -281,5 +281,90 @@ def test_the_rules_are_written_once() -> None:
     for path in consumers:
         text = path.read_text()
         used = sorted(c for c in consts if f"names.{c}" in text)
-        # spans.py names its root's span event after the kind; that is all.
-        assert set(used) <= {"PROCESSING_CLEARED"}, (path.name, used)
+        # spans.py names its root's span events after the kinds; that is all.
+        assert set(used) <= {"PROCESSING_CLEARED", "STOP_CLICKED"}, (path.name, used)
+
+
+# --- the browser's ends of a stop (its clock, posted to /v1/events) ---
+
+_BROWSER = {
+    names.K_SOURCE: names.SOURCE_BROWSER,
+    names.K_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+}
+
+
+def _browser_stop(t: float, order: str, skew: float) -> list[Event]:
+    """A stop the browser clicked: its clock runs ``skew`` s ahead of the server's."""
+    click = ev(t + 0.010 + skew, names.STOP_CLICKED, attrs=dict(_BROWSER))
+    rpc = ev(
+        t + 0.012,
+        names.ABORT_RPC_RECEIVED,
+        attrs={names.K_RECEIPT: "accepted", names.K_TRACEPARENT: _BROWSER[names.K_TRACEPARENT]},
+    )
+    server = [
+        ev(t + 0.013, names.ABORT_WALK_STARTED),
+        ev(t + 0.020, names.TURN_SETTLED, attrs={names.K_OUTCOME: "aborted"}),
+        ev(t + 0.021, names.ABORT_RPC_RETURNED, attrs={names.K_RECEIPT: "accepted"}),
+        ev(t + 0.022, names.PROCESSING_CLEARED),
+    ]
+    idle = ev(t + 0.040 + skew, names.PROCESSING_CLEARED, attrs=dict(_BROWSER))
+    if order == "click_first":
+        return [ev(t, names.TURN_STARTED), click, rpc, *server, idle]
+    if order == "rpc_first":
+        return [ev(t, names.TURN_STARTED), rpc, click, *server, idle]
+    return [ev(t, names.TURN_STARTED), rpc, *server, click, idle]  # after the server's idle
+
+
+@pytest.mark.parametrize("order", ["click_first", "rpc_first", "after_cleared"])
+@pytest.mark.parametrize("skew", [0.0, 3600.0, -3600.0])
+def test_stop_to_idle_is_measured_once_whichever_request_lands_first(
+    order: str, skew: float
+) -> None:
+    registry = CollectorRegistry()
+    metrics = StopMetrics(registry)
+    provider = TracerProvider()
+    spans = Spans()
+    provider.add_span_processor(spans)
+    builder = SpanBuilder(provider.get_tracer("t"))
+    fold = Fold()
+    moves: list[Move] = []
+    stamped = []
+    for e in _browser_stop(time.time(), order, skew):
+        st = fold(e)
+        moves += st.moves
+        metrics.on_step(st)
+        stamped.append(builder.on_step(st))
+    assert moves.count(Move.STOP) == 1
+    assert moves.count(Move.UI_CLICK) == 1
+    assert moves.count(Move.UI_IDLE) == 1
+    idle = registry.get_sample_value(names.M_STOP_TO_IDLE + "_count", {"mode": "unknown"})
+    total = registry.get_sample_value(names.M_STOP_TO_IDLE + "_sum", {"mode": "unknown"})
+    assert idle == 1  # once: by the browser's idle, or by the server's when the click came late
+    if order == "after_cleared":  # the server had measured it (agent.abort → its idle)
+        assert total == pytest.approx(0.010, abs=1e-6)
+    else:  # 40 ms - 10 ms on the browser's clock, whatever the skew
+        assert total == pytest.approx(0.030, abs=1e-6)
+    # Every event of the stop, the browser's two included, is stamped with the click's trace.
+    assert {e.trace_id for e in stamped[1:]} == {"a" * 32}
+    (root,) = spans.named(names.SPAN_STOP)
+    assert root.parent is not None
+    assert root.parent.span_id == int("b" * 16, 16)
+    assert format(root.context.trace_id, "032x") == "a" * 32
+    if order == "rpc_first":  # the click, arriving late, is still on the trace
+        assert [e.name for e in root.events] == [names.STOP_CLICKED, names.PROCESSING_CLEARED]
+
+
+def test_a_browser_idle_without_its_click_measures_nothing() -> None:
+    registry = CollectorRegistry()
+    metrics = StopMetrics(registry)
+    fold = Fold()
+    t = time.time()
+    for e in [
+        ev(t, names.TURN_STARTED),
+        ev(t + 0.01, names.ABORT_RPC_RECEIVED, attrs={names.K_RECEIPT: "accepted"}),
+        ev(t + 0.02, names.PROCESSING_CLEARED),
+        ev(t + 0.03, names.PROCESSING_CLEARED, attrs=dict(_BROWSER)),
+    ]:
+        metrics.on_step(fold(e))
+    # The server's idle measured it; a stray browser idle adds nothing.
+    assert registry.get_sample_value(names.M_STOP_TO_IDLE + "_count", {"mode": "unknown"}) == 1

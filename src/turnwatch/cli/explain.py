@@ -30,6 +30,8 @@ _STEP_LABEL = {
     Move.SETTLED: "turn settled",
     Move.RETURNED: "agent.abort returned",
     Move.CLEARED: "processing cleared: idle",
+    Move.UI_CLICK: "Stop clicked in the browser",
+    Move.UI_IDLE: "idle rendered in the browser",
 }
 
 
@@ -86,6 +88,8 @@ def build(
     steps = fold.feed(events)
     stop = fold.sessions.get(session)
     stop_at = stop.stop_ts if stop is not None else None
+    if stop is not None and stop.ui_click_ts is not None and stop_at is not None:
+        stop_at = min(stop_at, stop.ui_click_ts)  # the browser's click, which arrived late
     t0 = stop_at if stop_at is not None else (events[0].ts_unix if events else now)
     ex = Explanation(
         session,
@@ -97,8 +101,11 @@ def build(
     ex.source = view.producer(conn, session)
     for st in steps:
         for move in st.moves:
-            if move in _STEP_LABEL and not (move is Move.STOP and Move.RPC in st.moves):
+            if move in _STEP_LABEL and not (
+                move is Move.STOP and (Move.RPC in st.moves or Move.UI_CLICK in st.moves)
+            ):
                 ex.steps.append((st.ev.ts_unix - t0, _STEP_LABEL[move], _detail(st.ev)))
+    ex.steps.sort(key=lambda step: step[0])  # a click that arrived late is still the first step
 
     def off(ts: float | None) -> float | None:
         return ts - t0 if ts is not None else None

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
-from turnwatch.runtime.fold import MAX_RELEASED, Fold, Move, Step, Store
+from turnwatch.runtime.fold import IDLE_BY_SERVER, MAX_RELEASED, Fold, Move, Step, Store
 from turnwatch.runtime.model import BUILTIN_CLASSES, RECORDED_RESULTS, Outcome, Policy
 
 #: Fine below 10 ms (race releases in µs), a boundary on the 10 s grace window, long tail after.
@@ -154,9 +154,17 @@ class StopMetrics:
 
     def _on_cleared(self, st: Step) -> None:
         s = st.session
-        if s.stopped:
+        # A stop the browser clicked is measured by the browser, at both ends (UI_IDLE).
+        if s.idle_by == IDLE_BY_SERVER:
             self.stop_to_idle.labels(mode=self._mode(st)).observe(
                 _since(s.stop_ts, s.stop_mono, st.ev), _exemplar(st.ev)
+            )
+
+    def _on_ui_idle(self, st: Step) -> None:
+        s = st.session
+        if s.idle_by == names.SOURCE_BROWSER and s.ui_click_ts is not None and s.ui_idle_ts:
+            self.stop_to_idle.labels(mode=self._mode(st)).observe(
+                max(0.0, s.ui_idle_ts - s.ui_click_ts), _exemplar(st.ev)
             )
 
     def _on_released(self, st: Step) -> None:
@@ -188,6 +196,7 @@ class StopMetrics:
         Move.STOP: _on_stop,
         Move.SETTLED: _on_settled,
         Move.CLEARED: _on_cleared,
+        Move.UI_IDLE: _on_ui_idle,
         Move.RELEASED: _on_released,
         Move.GRACE_EXPIRED: _on_grace_expired,
         Move.CANCELLED: _on_cancelled,

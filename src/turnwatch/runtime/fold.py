@@ -16,6 +16,13 @@ The rules:
   whichever comes first; a later ``tool.finished`` is a late answer, not a release.
 - A release without ``attrs.outcome`` (a foreign stream) gets its kind's: ``completed``,
   ``discarded``, ``refused``.
+- The browser's ``stop.clicked`` and ``processing.cleared`` (``attrs.source = "browser"``) are the
+  user's own ends of the stop, on the browser's clock: stop → idle is measured between them
+  (:attr:`Move.UI_IDLE`), never across two clocks. The click begins the stop when it arrives
+  first; one that arrives after its ``agent.abort`` (two requests race) is still the click
+  (:attr:`Move.UI_CLICK`), and the server's ``processing.cleared`` then leaves stop → idle to
+  the browser's. A stop is measured once (``idle_by``): a click that arrives only after the
+  server's ``processing.cleared`` leaves the server's measure standing.
 - An event of an older turn does not move the session; one that names another tool or turn than
   its call's does not move the call (invariant 4: it is reported, as :attr:`Move.CROSSED`).
 
@@ -38,7 +45,16 @@ from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.model import POLICY_OF, Outcome, Receipt, ToolClass, class_of
 
-__all__ = ["CallState", "Fold", "Move", "SessionState", "Step", "StepReader", "Store"]
+__all__ = [
+    "IDLE_BY_SERVER",
+    "CallState",
+    "Fold",
+    "Move",
+    "SessionState",
+    "Step",
+    "StepReader",
+    "Store",
+]
 
 
 class Move(Enum):
@@ -53,6 +69,8 @@ class Move(Enum):
     SETTLED = auto()  # the turn settled (first time)
     RETURNED = auto()  # an agent.abort that was not a join returned
     CLEARED = auto()  # processing cleared: the UI is idle
+    UI_CLICK = auto()  # the browser's click (its clock)
+    UI_IDLE = auto()  # the browser rendered idle after its click: stop → idle, one clock
     REQUESTED = auto()
     PROMPTED = auto()  # a permission prompt opened
     GRANTED = auto()
@@ -94,6 +112,12 @@ class SessionState:
     walk_ts: float | None = None
     #: The stop's start on the monotonic clock, when its producer had one (exact durations).
     stop_mono: int | None = None
+    #: The browser's click and its rendering of idle, both on the browser's clock.
+    ui_click_ts: float | None = None
+    ui_idle_ts: float | None = None
+    #: Who measured the stop's stop → idle, once: ``browser`` (its click to its idle) or
+    #: ``server`` (the stop's start to the server's processing.cleared).
+    idle_by: str | None = None
 
     @property
     def stopped(self) -> bool:
@@ -211,6 +235,9 @@ _RELEASED = (Move.RELEASED,)
 #: What a long-running reader (spans, metrics) keeps of calls already released.
 MAX_RELEASED = 10_000
 _ACCEPTED = (None, Receipt.ACCEPTED.value)
+#: ``idle_by`` of a stop the server's own processing.cleared measured.
+IDLE_BY_SERVER = "server"
+_BY_BROWSER, _BY_SERVER = names.SOURCE_BROWSER, IDLE_BY_SERVER
 _DEFAULT_OUTCOME = {
     names.TOOL_FINISHED: Outcome.COMPLETED.value,
     names.TOOL_RESULT_DISCARDED: Outcome.DISCARDED.value,
@@ -295,7 +322,7 @@ def _turn(s: SessionState, ev: Event) -> tuple[Move, ...]:
     s.turn_started = ev.ts_unix
     s.processing = 1
     s.stop_ts = s.stop_source = s.settled_ts = s.outcome = s.cleared_ts = None
-    s.rpc_ts = s.walk_ts = s.stop_mono = None
+    s.rpc_ts = s.walk_ts = s.stop_mono = s.ui_click_ts = s.ui_idle_ts = s.idle_by = None
     s.rpc_pending = 0
     return (Move.TURN,)
 
@@ -307,7 +334,17 @@ def _begin(s: SessionState, ev: Event) -> None:
 
 
 def _clicked(s: SessionState, ev: Event) -> tuple[Move, ...]:
-    if _older(s, ev) or s.stopped:
+    if _older(s, ev):
+        return _NONE
+    if ev.attrs.get(names.K_SOURCE) == names.SOURCE_BROWSER:
+        if s.ui_click_ts is not None:
+            return _NONE
+        s.ui_click_ts = ev.ts_unix
+        if s.stopped:
+            return (Move.UI_CLICK,)
+        _begin(s, ev)
+        return (Move.STOP, Move.UI_CLICK)
+    if s.stopped:
         return _NONE
     _begin(s, ev)
     return (Move.STOP,)
@@ -354,6 +391,15 @@ def _returned(s: SessionState, ev: Event) -> tuple[Move, ...]:
 def _cleared(s: SessionState, ev: Event) -> tuple[Move, ...]:
     if _older(s, ev):
         return _NONE
+    if ev.attrs.get(names.K_SOURCE) == names.SOURCE_BROWSER:
+        # The UI rendered idle: the user's end of the stop, not the server's state.
+        if s.ui_click_ts is None or s.ui_idle_ts is not None:
+            return _NONE
+        s.ui_idle_ts = ev.ts_unix
+        s.idle_by = s.idle_by or _BY_BROWSER
+        return (Move.UI_IDLE,)
+    if s.stopped and s.ui_click_ts is None and s.idle_by is None:
+        s.idle_by = _BY_SERVER  # no click from a browser (yet): the server's idle measures it
     s.processing = 0
     s.cleared_ts = ev.ts_unix
     return (Move.CLEARED,)

@@ -72,6 +72,8 @@ class SpanBuilder:
         self.fold = Fold(Store(MAX_RELEASED))
         self._exec: dict[tuple[str, str], _Exec] = {}
         self._stops: dict[str, _Stop] = {}
+        # Each session's last stop root once ended, until the browser says it rendered idle.
+        self._ended: dict[str, Span] = {}
 
     def __call__(self, ev: Event) -> Event:
         return self.on_step(self.fold(ev))
@@ -103,6 +105,7 @@ class SpanBuilder:
     def _on_turn(self, st: Step) -> None:
         # A stop whose spans never closed (its RPC never returned): a new turn ends them.
         left = self._stops.pop(st.ev.session, None)
+        self._ended.pop(st.ev.session, None)
         if left is not None:
             _end_all(left, _ns(st.ev))
 
@@ -171,7 +174,26 @@ class SpanBuilder:
             return None
         stop.root.add_event(names.PROCESSING_CLEARED, timestamp=_ns(st.ev))
         stop.root.end(_ns(st.ev))
+        self._ended[st.ev.session] = stop.root
         return stop.root
+
+    def _on_ui_click(self, st: Step) -> Span | None:
+        """The browser's click: of the stop it began, or of the stop its agent.abort began."""
+        stop = self._stops.get(st.ev.session)
+        if stop is None:  # it arrived after the stop ended: stamped with its trace all the same
+            return self._ended.get(st.ev.session)
+        if Move.STOP not in st.moves:  # it arrived after the stop began: say when it was
+            stop.root.add_event(
+                names.STOP_CLICKED,
+                {names.A_SOURCE: names.SOURCE_BROWSER},
+                timestamp=_ns(st.ev),
+            )
+        return stop.root
+
+    def _on_ui_idle(self, st: Step) -> Span | None:
+        """The browser rendered idle: stamped with its stop's root (the exemplar's trace)."""
+        stop = self._stops.get(st.ev.session)
+        return stop.root if stop is not None else self._ended.pop(st.ev.session, None)
 
     def _root(self, ev: Event, clicked: bool) -> Span:
         parent_ctx = None
@@ -335,6 +357,8 @@ class SpanBuilder:
         Move.SETTLED: _on_settled,
         Move.RETURNED: _on_returned,
         Move.CLEARED: _on_cleared,
+        Move.UI_CLICK: _on_ui_click,
+        Move.UI_IDLE: _on_ui_idle,
         Move.STARTED: _on_started,
         Move.ABORT_SENT: _on_abort_sent,
         Move.GRACE_EXPIRED: _on_grace_expired,
