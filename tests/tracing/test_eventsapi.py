@@ -145,6 +145,9 @@ def test_bad_requests_get_their_status_and_store_nothing(server: tuple[str, Path
     assert post(base, good, token="wrong")[0] == 401
     assert post(base, good, origin="http://evil.example")[0] == 403
     assert stored(ledger) == 0  # none of these stored anything, not even their good lines
+    # The server's own origin (a page served beside the endpoint) needs no allow-list entry.
+    assert post(base, good, origin=base)[0] == 200
+    assert stored(ledger) == 4  # none of these stored anything, not even their good lines
 
 
 def test_a_preflight_from_an_allowed_origin_gets_cors_headers(server: tuple[str, Path]) -> None:

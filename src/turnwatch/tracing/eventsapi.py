@@ -8,7 +8,9 @@ A WSGI application. What it answers:
   request is recorded (a request is one batch: its good lines are committed with it, or not at
   all, so a retry after fixing the bad line stores each event once).
 - ``413`` over ``max_bytes``, read no further; ``401`` without the bearer token when one is set;
-  ``403`` from an ``Origin`` not on the allow-list; ``405`` for any other method; ``404``
+  ``403`` from another origin than the server's own that is not on the allow-list (a browser
+  sends ``Origin`` with every POST, so a page served beside the endpoint, as turnwatch's live page
+  is, needs no entry); ``405`` for any other method; ``404``
   elsewhere. A preflight ``OPTIONS`` from an allowed origin gets the CORS headers.
 """
 
@@ -50,7 +52,7 @@ class EventsApp:
         method = environ.get("REQUEST_METHOD", "GET")
         origin = environ.get("HTTP_ORIGIN")
         cors: list[tuple[str, str]] = []
-        if origin is not None:
+        if origin is not None and not same_origin(environ, origin):
             if origin not in self.origins:
                 return _reply(start, "403 Forbidden", {"error": f"origin {origin} not allowed"})
             cors = [
@@ -64,7 +66,7 @@ class EventsApp:
             return [b""]
         if method != "POST":
             return _reply(start, "405 Method Not Allowed", {"error": "POST only"}, cors)
-        if self.token is not None and not _bearer_ok(environ, self.token):
+        if self.token is not None and not bearer_ok(environ, self.token):
             return _reply(start, "401 Unauthorized", {"error": "a bearer token is required"}, cors)
         try:
             size = int(environ.get("CONTENT_LENGTH") or 0)
@@ -98,7 +100,14 @@ def parse_body(body: bytes) -> tuple[list[Event], list[BadLine]]:
     return events, bad
 
 
-def _bearer_ok(environ: dict[str, Any], token: str) -> bool:
+def same_origin(environ: dict[str, Any], origin: str) -> bool:
+    """The request's ``Origin`` is the server's own (its scheme and ``Host``)."""
+    host = environ.get("HTTP_HOST")
+    return host is not None and origin == f"{environ.get('wsgi.url_scheme', 'http')}://{host}"
+
+
+def bearer_ok(environ: dict[str, Any], token: str) -> bool:
+    """The request carries ``Authorization: Bearer <token>`` (compared in constant time)."""
     given = str(environ.get("HTTP_AUTHORIZATION") or "")
     scheme, _, value = given.partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip(), token)
