@@ -105,11 +105,17 @@ class Watchdog:
         return connect(self.ledger, readonly=True)
 
     def scan(self) -> ScanResult:
+        return self._completed(self._read())
+
+    def _read(self) -> ScanResult:
+        """The ledger's and /proc's part of a scan: blocking, and safe off the loop's thread."""
         conn = self._conn()
         try:
-            result = scan(conn, cfg=self.cfg)
+            return scan(conn, cfg=self.cfg)
         finally:
             conn.close()
+
+    def _completed(self, result: ScanResult) -> ScanResult:
         if self.also is not None:
             result.findings += self.also()
         if self.observe_scan is not None:
@@ -142,7 +148,9 @@ class Watchdog:
     async def cycle(self) -> Cycle:
         """Scan once; report new findings; recover what can be recovered."""
         started = time.perf_counter()
-        result = self.scan()
+        # Off the loop: a runtime that runs its watchdog beside it (the demo) keeps answering
+        # stops while the ledger and /proc are read (tens to hundreds of ms on a busy host).
+        result = self._completed(await asyncio.to_thread(self._read))
         out = Cycle(result.findings)
         current: set[tuple[object, ...]] = {f.key for f in result.findings}
         for f in result.findings:
