@@ -15,10 +15,9 @@ import typer
 from rich.console import Console
 
 from turnwatch import names
-from turnwatch.cli import ingestcli, watchcli
+from turnwatch.cli import ingestcli, servecli, watchcli
 from turnwatch.cli.common import (
     EXIT_FINDINGS,
-    AddrOpt,
     GraceOpt,
     JsonOpt,
     LedgerOpt,
@@ -72,61 +71,8 @@ def sessions(
 app.command()(ingestcli.ingest)
 
 
-@app.command("serve-metrics")
-def serve_metrics(
-    ledger: LedgerOpt = None,
-    metrics_addr: AddrOpt = "127.0.0.1:9464",
-    poll: Annotated[float, typer.Option(help="Seconds between reads of new events.")] = 1.0,
-    events: Annotated[
-        bool,
-        typer.Option(
-            "--events",
-            help="Also accept POST /v1/events (JSON lines, validated as ingest does; a request "
-            "with a bad line stores nothing).",
-        ),
-    ] = False,
-    token_file: Annotated[
-        Path | None,
-        typer.Option(help="With --events: require this file's token as a bearer token."),
-    ] = None,
-    cors_origin: Annotated[
-        list[str] | None,
-        typer.Option(help="With --events: a browser origin allowed to post (repeatable)."),
-    ] = None,
-    max_body: Annotated[
-        int, typer.Option(help="With --events: the largest request body, bytes.")
-    ] = 1024 * 1024,
-) -> None:
-    """The metrics endpoint over a ledger: rebuilt from its events, then following new ones."""
-    from turnwatch.cli.follow import EventsOptions, serve_ledger_metrics
-
-    positive("--poll", poll)
-    positive("--max-body", max_body)
-    path = ledger_path(ledger)
-    read_conn(path).close()  # exit 2 now if the ledger is unusable
-    opts = None
-    if events:
-        token = None
-        if token_file is not None:
-            try:
-                token = token_file.read_text().strip()
-            except OSError as exc:
-                raise fail(f"{token_file}: cannot read ({exc.strerror})") from None
-            if not token:
-                raise fail(f"{token_file}: empty; a token file holds the token")
-        opts = EventsOptions(token, tuple(cors_origin or ()), max_body)
-    try:
-        serve_ledger_metrics(
-            path,
-            metrics_addr,
-            poll_s=poll,
-            say=lambda m: err.print(m, highlight=False),
-            events=opts,
-        )
-    except ValueError as exc:
-        raise fail(str(exc)) from None
-    except KeyboardInterrupt:
-        return
+app.command("serve-metrics")(servecli.serve_metrics)
+app.command()(servecli.serve)
 
 
 @app.command()
@@ -229,6 +175,17 @@ def demo(
             help="Afterwards, serve the demo's metrics here until Ctrl-C.",
         ),
     ] = None,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web",
+            help="Instead: keep the sessions running and serve the live page (Stop buttons, "
+            "timelines), the metrics and POST /v1/events on --web-addr until Ctrl-C.",
+        ),
+    ] = False,
+    web_addr: Annotated[
+        str, typer.Option(metavar="HOST:PORT", help="With --web: where to serve the page.")
+    ] = "127.0.0.1:8321",
 ) -> None:
     """Reproduce the field reports with real tools, stop them, and show what each stop did.
 
@@ -237,6 +194,13 @@ def demo(
     from turnwatch.cli import democmd, render
 
     positive("--grace", grace)
+    if web:
+        with exporter_config():
+            try:
+                democmd.run_web(grace_s=grace, ledger=ledger, addr=web_addr, err=err)
+            except ValueError as exc:
+                raise fail(f"--web-addr: {exc}") from None
+        return
 
     def show(report: Any) -> None:
         if as_json:

@@ -73,3 +73,28 @@ def run(
                 pass
             finally:
                 http.stop(server)
+
+
+def run_web(*, grace_s: float, ledger: Path | None, addr: str, err: Console) -> None:
+    """``demo --web``: the live page over the demo's sessions until Ctrl-C."""
+    from turnwatch.cli.webdemo import serve_live
+
+    http.parse_addr(addr)  # a bad address fails before the tree is built
+    with tempfile.TemporaryDirectory(prefix="turnwatch-demo-") as tmp:
+        path = ledger or Path(tmp) / "ledger.sqlite3"
+        wiring = wire(path)
+        try:
+            asyncio.run(
+                serve_live(
+                    wiring,
+                    path,
+                    Path(tmp),
+                    addr=addr,
+                    grace_s=grace_s,
+                    say=lambda m: err.print(m, highlight=False, soft_wrap=True),
+                )
+            )
+        except KeyboardInterrupt:
+            pass
+        finally:
+            wiring.close()

@@ -37,12 +37,19 @@ def serve_ledger_metrics(
     say: Callable[[str], None] = print,
     stop: threading.Event | None = None,
     events: EventsOptions | None = None,
+    page: bool = False,
 ) -> None:
-    """Serve until ``stop`` is set (or forever); with ``events``, ``POST /v1/events`` too."""
+    """Serve until ``stop`` is set (or forever); with ``events``, ``POST /v1/events`` too; with
+    ``page``, the live page (its Stop through each session's control endpoint)."""
     registry = CollectorRegistry()
     follower, _metrics = build(path, registry)
     replayed = follower.poll()
     routes, close = _events_route(path, events) if events is not None else ({}, None)
+    if page:
+        from turnwatch.cli.webpage import LivePage, stop_by_control
+
+        live = LivePage(path, stop_by_control(path), token=events.token if events else None)
+        routes.update({"/": live, "/web/": live, "/api/": live})
     try:
         server, port = http.serve(registry, addr, routes=routes)
     except BaseException:
@@ -50,8 +57,11 @@ def serve_ledger_metrics(
             close()
         raise
     say(f"serving {http.url(addr, port)} ({replayed} events replayed from {path})")
+    base = http.url(addr, port).removesuffix("/metrics")
     if events is not None:
-        say(f"accepting events at {http.url(addr, port).removesuffix('/metrics')}{PATH}")
+        say(f"accepting events at {base}{PATH}")
+    if page:
+        say(f"live page on {base}/")
     stop = stop or threading.Event()
     try:
         while not stop.wait(poll_s):

@@ -59,8 +59,8 @@ def serve(
     *,
     routes: Mapping[str, WSGIApp] | None = None,
 ) -> tuple[WSGIServer, int]:
-    """Serve ``/metrics`` (and ``routes``: path → WSGI app) in a daemon thread; returns the
-    server and the bound port.
+    """Serve ``/metrics`` (and ``routes``: path → WSGI app; a path ending in ``/`` also serves
+    what is under it) in a daemon thread; returns the server and the bound port.
 
     A bad or busy address is a ValueError naming it (never a traceback)."""
     host, port = parse_addr(addr)
@@ -70,9 +70,14 @@ def serve(
             return server, int(server.server_port)
         metrics = make_wsgi_app(registry)
         table = dict(routes)
+        # A route ending in "/" serves everything under it; the longest such prefix wins.
+        prefixes = sorted((p for p in table if p.endswith("/")), key=len, reverse=True)
 
         def app(environ: dict[str, Any], start: Any) -> Any:
-            route = table.get(environ.get("PATH_INFO", ""))
+            path = environ.get("PATH_INFO", "")
+            route = table.get(path) if path != "/metrics" else None
+            if route is None and path != "/metrics":
+                route = next((table[p] for p in prefixes if path.startswith(p) and p != "/"), None)
             return (route or metrics)(environ, start)
 
         class Server(ThreadingMixIn, WSGIServer):

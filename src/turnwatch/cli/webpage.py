@@ -1,0 +1,225 @@
+"""The live page: the sessions table, a Stop button per session, each stop's timeline.
+
+A WSGI application served beside ``/metrics`` and ``POST /v1/events`` (``turnwatch demo --web``,
+``turnwatch serve``). What it answers:
+
+- ``GET /``: the page; ``GET /web/<file>``: its script, styles, and the browser module.
+- ``GET /api/sessions``: every session as ``turnwatch sessions --json`` shows it.
+- ``GET /api/sessions/<id>/timeline``: the stop's timeline, as ``turnwatch explain --json``.
+- ``POST /api/sessions/<id>/stop``: ``agent.abort`` for the session, with the request's
+  ``traceparent`` (the browser module's click), through ``stop``; answers the receipt. Only from
+  the page's own origin (``403`` otherwise: another site's page cannot stop a session), and with
+  the bearer token when the server has one (``401``; the page takes it from its URL's fragment,
+  ``/#token=…``, which a browser never sends to a server).
+
+The page's Stop goes through the browser module (``web/turnwatch-stop.js``): the click and idle
+as rendered are the browser's own events, posted to ``/v1/events``.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from turnwatch.tracing import view
+from turnwatch.tracing.eventsapi import bearer_ok, same_origin
+from turnwatch.tracing.ledger import LedgerError, connect
+from turnwatch.watchdog.scan import Finding, annotate_findings
+
+#: The page's files: ``web/`` of the repository, installed as package data.
+ASSETS = Path(__file__).resolve().parent.parent / "web"
+_ASSET_NAME = re.compile(r"^[a-z][a-z0-9.-]*\.(?:js|css|html|d\.ts)$")
+_TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+#: ``stop(session, traceparent)``: agent.abort for the session; returns the receipt. Raises
+#: LookupError for a session it cannot stop (unknown, or no control endpoint recorded) and
+#: :class:`StopFailed` when the runtime could not be reached or refused.
+Stop = Callable[[str, str | None], str]
+#: Without a watchdog beside the page, the sessions (and /proc) are read at most this often.
+SCAN_EVERY_S = 1.0
+
+
+class StopFailed(Exception):
+    """The session's runtime could not be reached, or answered with an error."""
+
+
+def stop_by_control(ledger: Path) -> Stop:
+    """A Stop through the session's runtime control endpoint, as the ledger records it (the
+    runtime's ``runtime.started``): ``agent.abort`` with source ``ui`` and the click's trace."""
+    from turnwatch import names
+    from turnwatch.watchdog.control_client import ControlError, call
+
+    def stop(session: str, traceparent: str | None) -> str:
+        conn = connect(ledger, readonly=True)
+        try:
+            row = conn.execute(
+                "SELECT control FROM sessions WHERE session = ?", (session,)
+            ).fetchone()
+        finally:
+            conn.close()
+        if row is None:
+            raise LookupError(f"unknown session {session!r}")
+        if not row["control"]:
+            raise LookupError(
+                f"session {session!r}: its runtime recorded no control endpoint to stop it by"
+            )
+        params = {"session": session, "source": "ui"}
+        if traceparent:
+            params["traceparent"] = traceparent
+        try:
+            return str(call(row["control"], names.RPC_AGENT_ABORT, params)["receipt"])
+        except ControlError as exc:
+            raise StopFailed(str(exc)) from None
+
+    return stop
+
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+class LivePage:
+    """The page over the ledger at ``ledger``; ``before_read`` makes recent events visible (the
+    demo flushes its writer), ``stop`` carries a click to the runtime.
+
+    ``findings``, when given, are the watchdog's latest (a watchdog running beside the page);
+    without it each read of the sessions scans ``/proc`` itself. Reading ``/proc`` holds the GIL
+    for tens of milliseconds, which a runtime in the same process pays in its stop latency.
+    """
+
+    def __init__(
+        self,
+        ledger: Path,
+        stop: Stop,
+        *,
+        before_read: Callable[[], object] | None = None,
+        findings: Callable[[], Sequence[Finding]] | None = None,
+        token: str | None = None,
+        assets: Path = ASSETS,
+    ) -> None:
+        self.ledger = ledger
+        self.stop = stop
+        self.before_read = before_read
+        self.findings = findings
+        self.token = token
+        self._scanned: tuple[float, list[dict[str, Any]]] | None = None
+        self._lock = threading.Lock()
+        self.assets = assets
+
+    def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "") or "/"
+        method = environ.get("REQUEST_METHOD", "GET")
+        try:
+            if path == "/":
+                return self._asset("live.html", start)
+            if path.startswith("/web/"):
+                return self._asset(path.removeprefix("/web/"), start)
+            if path == "/api/sessions" and method == "GET":
+                return _json(start, "200 OK", self._sessions())
+            parts = path.removeprefix("/api/sessions/").split("/")
+            if path.startswith("/api/sessions/") and len(parts) == 2:
+                session = unquote(parts[0])
+                if parts[1] == "timeline" and method == "GET":
+                    return self._timeline(session, start)
+                if parts[1] == "stop" and method == "POST":
+                    return self._stop(session, environ, start)
+        except LedgerError as exc:
+            return _json(start, "503 Service Unavailable", {"error": str(exc)})
+        return _json(start, "404 Not Found", {"error": f"no such page: {method} {path}"})
+
+    def _conn(self) -> sqlite3.Connection:
+        if self.before_read is not None:
+            self.before_read()
+        return connect(self.ledger, readonly=True)
+
+    def _sessions(self) -> list[dict[str, Any]]:
+        conn = self._conn()
+        try:
+            if self.findings is None:
+                return self._scan(conn)
+            rows = view.sessions(conn)
+            by = {r.session: r for r in rows}
+            for f in self.findings():
+                row = by.get(f.session)
+                if row is not None and f.kind not in row.findings:
+                    row.findings.append(f.kind)
+            return [r.to_json() for r in rows]
+        finally:
+            conn.close()
+
+    def _scan(self, conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        with self._lock:  # one /proc read a second, however many pages poll
+            now = time.monotonic()
+            if self._scanned is None or now - self._scanned[0] >= SCAN_EVERY_S:
+                self._scanned = (now, [r.to_json() for r in annotate_findings(conn)])
+            return self._scanned[1]
+
+    def _timeline(self, session: str, start: StartResponse) -> Iterable[bytes]:
+        from turnwatch.cli import explain  # rich, only for this route
+
+        conn = self._conn()
+        try:
+            found = view.find_turn(conn, session)
+            if found is None:
+                return _json(start, "404 Not Found", {"error": f"unknown session {session!r}"})
+            ex = explain.build(conn, *found)
+        finally:
+            conn.close()
+        body = asdict(ex)
+        body["findings"] = [f.kind for f in ex.findings]
+        body["total"] = ex.total
+        return _json(start, "200 OK", body)
+
+    def _stop(self, session: str, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+        origin = environ.get("HTTP_ORIGIN")
+        if origin is not None and not same_origin(environ, origin):
+            return _json(start, "403 Forbidden", {"error": f"origin {origin} may not stop"})
+        if self.token is not None and not bearer_ok(environ, self.token):
+            return _json(start, "401 Unauthorized", {"error": "a bearer token is required"})
+        tp = environ.get("HTTP_TRACEPARENT")
+        if tp is not None and not _TRACEPARENT.match(tp):
+            return _json(start, "400 Bad Request", {"error": f"bad traceparent {tp!r}"})
+        try:
+            receipt = self.stop(session, tp)
+        except LookupError as exc:
+            return _json(start, "404 Not Found", {"error": str(exc.args[0] if exc.args else exc)})
+        except StopFailed as exc:
+            return _json(start, "502 Bad Gateway", {"error": str(exc)})
+        return _json(start, "200 OK", {"session": session, "receipt": receipt})
+
+    def _asset(self, name: str, start: StartResponse) -> Iterable[bytes]:
+        file = self.assets / name
+        if not _ASSET_NAME.match(name) or not file.is_file():
+            return _json(start, "404 Not Found", {"error": f"no such file: {name}"})
+        data = file.read_bytes()
+        kind = "text/javascript" if name.endswith(".js") else mimetypes.guess_type(name)[0]
+        start(
+            "200 OK",
+            [
+                ("Content-Type", f"{kind or 'text/plain'}; charset=utf-8"),
+                ("Content-Length", str(len(data))),
+                ("Cache-Control", "no-cache"),
+            ],
+        )
+        return [data]
+
+
+def _json(start: StartResponse, status: str, body: Any) -> list[bytes]:
+    data = json.dumps(body, default=str).encode()
+    start(
+        status,
+        [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(data))),
+            ("Cache-Control", "no-store"),
+        ],
+    )
+    return [data]

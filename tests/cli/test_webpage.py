@@ -1,0 +1,94 @@
+"""The live page's HTTP side without a browser: what each bad request gets, and that nothing is
+stopped by one."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+from wsgiref.util import setup_testing_defaults
+
+import pytest
+
+from tests import streams
+from turnwatch.cli.webpage import LivePage, StopFailed
+
+TP = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> tuple[LivePage, list[tuple[str, str | None]]]:
+    path = streams.ledger(tmp_path / "ledger.sqlite3")
+    stopped: list[tuple[str, str | None]] = []
+
+    def stop(session: str, traceparent: str | None) -> str:
+        if session == "gone":
+            raise StopFailed("the runtime's socket: connection refused")
+        if session != "s1":
+            raise LookupError(f"unknown session {session!r}")
+        stopped.append((session, traceparent))
+        return "accepted"
+
+    return LivePage(path, stop, token="t0k"), stopped
+
+
+def call(app: LivePage, method: str, path: str, **headers: str) -> tuple[int, Any]:
+    environ: dict[str, Any] = {"REQUEST_METHOD": method, "PATH_INFO": path}
+    setup_testing_defaults(environ)
+    environ["wsgi.input"] = io.BytesIO(b"")
+    environ.update({"HTTP_" + k.upper(): v for k, v in headers.items()})
+    got: list[str] = []
+    body = b"".join(app(environ, lambda status, _h: got.append(status)))
+    ctype = "json" if body.startswith((b"{", b"[")) else "text"
+    return int(got[0].split()[0]), json.loads(body) if ctype == "json" else body.decode()
+
+
+def test_each_bad_request_gets_its_status_and_stops_nothing(page: Any) -> None:
+    app, stopped = page
+    auth = "Bearer t0k"
+    assert call(app, "POST", "/api/sessions/s1/stop")[0] == 401
+    assert call(app, "POST", "/api/sessions/s1/stop", authorization="Bearer no")[0] == 401
+    foreign = {"authorization": auth, "origin": "http://evil.example"}
+    assert call(app, "POST", "/api/sessions/s1/stop", **foreign)[0] == 403
+    assert call(app, "POST", "/api/sessions/s1/stop", authorization=auth, traceparent="x")[0] == 400
+    status, body = call(app, "POST", "/api/sessions/nope/stop", authorization=auth)
+    assert (status, body["error"]) == (404, "unknown session 'nope'")
+    assert call(app, "POST", "/api/sessions/gone/stop", authorization=auth)[0] == 502
+    assert call(app, "GET", "/api/sessions/s1/stop")[0] == 404  # a GET never stops
+    assert stopped == []
+    own = {"authorization": auth, "origin": "http://127.0.0.1", "traceparent": TP}
+    assert call(app, "POST", "/api/sessions/s1/stop", **own) == (
+        200,
+        {"session": "s1", "receipt": "accepted"},
+    )
+    assert stopped == [("s1", TP)]
+
+
+def test_pages_and_reads(page: Any) -> None:
+    app, _ = page
+    status, html = call(app, "GET", "/")
+    assert status == 200
+    assert "/web/live.js" in html
+    assert call(app, "GET", "/web/turnwatch-stop.js")[0] == 200
+    for bad in ("/web/../pyproject.toml", "/web/nope.js", "/web/.hidden.js", "/elsewhere"):
+        assert call(app, "GET", bad)[0] == 404, bad
+    status, sessions = call(app, "GET", "/api/sessions")
+    assert status == 200
+    states = {s["session"]: s["state"] for s in sessions}
+    assert states == {
+        "idle": "idle",
+        "busy": "processing",
+        "stopping": "stopping",
+        "pinned": "pinned",
+    }
+    assert "pinned_session" in next(s for s in sessions if s["session"] == "pinned")["findings"]
+    status, timeline = call(app, "GET", "/api/sessions/pinned/timeline")
+    assert status == 200
+    assert (timeline["session"], timeline["turn"], timeline["state"]) == ("pinned", "p1", "pinned")
+    assert [label for _off, label, _d in timeline["steps"]][:2] == [
+        "Stop clicked",
+        "agent.abort received",
+    ]
+    assert timeline["reasons"]
+    assert call(app, "GET", "/api/sessions/nope/timeline")[0] == 404
