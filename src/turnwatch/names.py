@@ -212,6 +212,9 @@ SPAN_TURN_SETTLE: Final = "turn.settle"
 SPAN_EXECUTE_TOOL_PREFIX: Final = "execute_tool"
 #: One per recovery the watchdog recorded; ERROR when it failed or was refused.
 SPAN_WATCHDOG_RECOVER: Final = "watchdog.recover"
+#: The OpenAI Agents SDK's function span (``FunctionSpanData``), converted:
+#: ``openai_agents.function {name}``.
+SPAN_SDK_FUNCTION_PREFIX: Final = "openai_agents.function"
 
 # --- Span and event attributes ---
 A_SESSION: Final = "turnwatch.session"
@@ -229,6 +232,9 @@ A_PROCESS_PID: Final = "process.pid"
 A_BEFORE_START: Final = "turnwatch.tool.before_start"
 A_RECOVERY_RESULT: Final = "turnwatch.recovery.result"
 A_RECOVERY_ACTION: Final = "turnwatch.recovery.action"
+#: The OpenAI Agents SDK's ids of a converted span (``span_…``, its parent's).
+A_SDK_SPAN_ID: Final = "openai_agents.span_id"
+A_SDK_PARENT_ID: Final = "openai_agents.parent_id"
 # GenAI semantic conventions (opentelemetry-semantic-conventions, gen_ai_attributes).
 A_GENAI_OPERATION: Final = "gen_ai.operation.name"
 A_GENAI_TOOL_NAME: Final = "gen_ai.tool.name"

@@ -32,6 +32,7 @@ from tests.integrations.test_pydantic_ai import (
 )
 from turnwatch import names
 from turnwatch.integrations.openai_agents import (
+    FunctionSpans,
     RunStopped,
     StoppableRunner,
     ToolClassError,
@@ -298,7 +299,7 @@ async def test_the_stop_and_its_calls_join_the_sdk_s_trace() -> None:
     rt = Runtime(LocalHost(), grace_s=0.6, sink=lambda ev: sink(spans(ev)))
     wait = function_tool(wait_forever, name_override="wait")
     agent = Agent(name="a", model=scripted(("wait", {}, "t1")), tools=[wait])
-    set_trace_processors([Seen()])
+    set_trace_processors([Seen(), FunctionSpans(provider.get_tracer("sdk"))])
     set_tracing_disabled(False)
     try:
         runner = StoppableRunner(agent, rt, classes={"wait": "read_only"})
@@ -315,3 +316,43 @@ async def test_the_stop_and_its_calls_join_the_sdk_s_trace() -> None:
     by_name = {sp.name: sp for sp in exporter.get_finished_spans()}
     assert by_name[names.SPAN_STOP].context.trace_id == want
     assert by_name["execute_tool wait"].context.trace_id == want
+    # The SDK's own function span, converted, in the same trace beside the stop.
+    sdk = by_name["openai_agents.function wait"]
+    assert sdk.context.trace_id == want
+    stop_parent = by_name[names.SPAN_STOP].parent
+    assert sdk.parent is not None
+    assert stop_parent is not None
+    assert sdk.parent.span_id == stop_parent.span_id
+    assert str((sdk.attributes or {})[names.A_SDK_SPAN_ID]).startswith("span_")
+    assert sdk.start_time is not None
+    assert sdk.end_time is not None
+    call = by_name["execute_tool wait"]
+    assert call.start_time is not None
+    assert abs(sdk.start_time - call.start_time) < 1e9  # the same call, as each side saw it
+
+
+def test_a_failed_sdk_function_span_is_an_error_and_keeps_no_input() -> None:
+    from agents import set_trace_processors
+    from agents.tracing import SpanError, function_span
+    from agents.tracing import trace as sdk_trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    set_trace_processors([FunctionSpans(provider.get_tracer("sdk"))])
+    set_tracing_disabled(False)
+    try:
+        with sdk_trace("run") as t, function_span("deploy", input='{"token": "s3cret"}') as sp:
+            sp.set_error(SpanError(message="deploy failed", data=None))
+    finally:
+        set_tracing_disabled(True)
+        set_trace_processors([])
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "openai_agents.function deploy"
+    assert span.context.trace_id == int(t.trace_id.removeprefix("trace_"), 16)
+    assert span.status.status_code.name == "ERROR"
+    assert span.status.description == "deploy failed"
+    assert "s3cret" not in str(dict(span.attributes or {}))

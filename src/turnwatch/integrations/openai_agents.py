@@ -26,7 +26,9 @@ The SDK's gaps, and what the wrapper does about each:
 - Hosted tools (web search, file search, code interpreter) and MCP servers' tools run where
   turnwatch cannot reach them: observed, not enforced (the README's table).
 - The SDK traces a run its own way (not OpenTelemetry): turnwatch's spans of the run (the stop,
-  ``execute_tool`` per call) take the SDK trace's id, so the two line up in one trace.
+  ``execute_tool`` per call) take the SDK trace's id, and :class:`FunctionSpans` (a trace
+  processor the wrapper adds once) turns the SDK's function spans into OpenTelemetry spans of
+  that trace, so one trace shows the run's tool calls as the SDK saw them and as the stop did.
 """
 
 from __future__ import annotations
@@ -37,13 +39,19 @@ import dataclasses
 import functools
 import hashlib
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import orjson
-from agents import Agent, FunctionTool, Runner, RunState, ToolApprovalItem
+from agents import Agent, FunctionTool, Runner, RunState, ToolApprovalItem, add_trace_processor
 from agents.result import RunResultStreaming
 from agents.tool_context import ToolContext
+from agents.tracing import FunctionSpanData, Trace, TracingProcessor
+from agents.tracing.spans import Span as SdkSpan
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
+from turnwatch import names
 from turnwatch.integrations.calls import (
     CLASS_KEY,
     DAEMONS,
@@ -65,6 +73,7 @@ __all__ = [
     "STOPPED",
     "CommandAbortedError",
     "CommandResult",
+    "FunctionSpans",
     "RunStopped",
     "StoppableRunner",
     "ToolClassError",
@@ -116,6 +125,7 @@ class StoppableRunner:
         self.dispatch = dispatcher(runtime.host, "StoppableRunner")
         self.dispatch.add_tools(list(self.classes))
         self._awaiting: dict[str, Turn] = {}  # sessions whose turn waits for approvals
+        FunctionSpans.install()
 
     async def run(
         self, input: str | list[Any] | RunState[Any], *, session: str, **kwargs: Any
@@ -251,16 +261,93 @@ def _traceparent(sdk_trace: Any) -> str | None:
     """The SDK's trace (``trace_<32 hex>``) as a W3C ``traceparent``: the stop and turnwatch's
     ``execute_tool`` spans then carry the SDK trace's id, so a backend that also receives the
     SDK's spans (through an OpenTelemetry processor of its own) shows one trace."""
-    trace_id = getattr(sdk_trace, "trace_id", None)
-    if not isinstance(trace_id, str) or not trace_id.startswith("trace_"):
+    ids = _trace_ids(getattr(sdk_trace, "trace_id", None))
+    return None if ids is None else f"00-{ids[0]:032x}-{ids[1]:016x}-01"
+
+
+def _trace_ids(sdk_trace_id: object) -> tuple[int, int] | None:
+    """The OpenTelemetry trace id of an SDK trace id, and the id of its (virtual) root span:
+    the SDK's spans are not OpenTelemetry spans, so the root's id is derived from the trace's."""
+    if not isinstance(sdk_trace_id, str) or not sdk_trace_id.startswith("trace_"):
         return None
-    hex_id = trace_id.removeprefix("trace_")
+    hex_id = sdk_trace_id.removeprefix("trace_")
     if (
         len(hex_id) != 32
         or not all(c in "0123456789abcdef" for c in hex_id)
         or set(hex_id) == {"0"}
     ):
         return None
-    # The SDK's spans are not OpenTelemetry spans: a parent id derived from the trace's.
-    parent = hashlib.blake2b(trace_id.encode(), digest_size=8).hexdigest()
-    return f"00-{hex_id}-{parent}-01"
+    parent = hashlib.blake2b(sdk_trace_id.encode(), digest_size=8).digest()
+    return int(hex_id, 16), int.from_bytes(parent, "big") or 1
+
+
+class FunctionSpans(TracingProcessor):
+    """The SDK's function spans (``FunctionSpanData``) as OpenTelemetry spans
+    ``openai_agents.function {name}`` in the OpenTelemetry trace of their run, the one the stop's
+    spans join: with the SDK's start, end and error, and its span ids as attributes. The tool's
+    input and output are never copied (turnwatch keeps no arguments unless asked). Other SDK
+    spans are left to the SDK's exporters.
+
+    :class:`StoppableRunner` installs one, once per process (``add_trace_processor``, beside the
+    SDK's own processors); with the SDK's tracing disabled, it sees nothing.
+    """
+
+    _installed: FunctionSpans | None = None
+
+    def __init__(self, tracer: trace.Tracer | None = None) -> None:
+        self.tracer = tracer or trace.get_tracer("turnwatch.openai_agents")
+
+    @classmethod
+    def install(cls) -> FunctionSpans:
+        """The process's bridge, added to the SDK's trace processors the first time."""
+        if cls._installed is None:
+            cls._installed = cls()
+            add_trace_processor(cls._installed)
+        return cls._installed
+
+    def on_span_end(self, span: SdkSpan[Any]) -> None:
+        data = span.span_data
+        ids = _trace_ids(span.trace_id)
+        if not isinstance(data, FunctionSpanData) or ids is None:
+            return
+        root = SpanContext(ids[0], ids[1], is_remote=True, trace_flags=TraceFlags(1))
+        otel = self.tracer.start_span(
+            f"{names.SPAN_SDK_FUNCTION_PREFIX} {data.name}",
+            context=trace.set_span_in_context(NonRecordingSpan(root)),
+            start_time=_ns(span.started_at),
+            attributes={
+                names.A_GENAI_TOOL_NAME: data.name,
+                names.A_SDK_SPAN_ID: span.span_id,
+                names.A_SDK_PARENT_ID: span.parent_id or "",
+            },
+        )
+        error = span.error
+        if error:
+            otel.set_attribute(names.A_ERROR_TYPE, "tool_error")
+            otel.set_status(Status(StatusCode.ERROR, str(error.get("message", ""))))
+        otel.end(_ns(span.ended_at))
+
+    def on_trace_start(self, trace: Trace) -> None:
+        return
+
+    def on_trace_end(self, trace: Trace) -> None:
+        return
+
+    def on_span_start(self, span: SdkSpan[Any]) -> None:
+        return
+
+    def shutdown(self) -> None:
+        return
+
+    def force_flush(self) -> None:
+        return
+
+
+def _ns(iso: str | None) -> int | None:
+    """An SDK timestamp (ISO 8601) as Unix nanoseconds; None leaves the time to the SDK."""
+    if not iso:
+        return None
+    try:
+        return int(datetime.fromisoformat(iso).timestamp() * 1e9)
+    except ValueError:
+        return None
