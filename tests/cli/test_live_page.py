@@ -10,6 +10,7 @@ the click's trace, under the click. A screenshot of the page after the stops is 
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import urllib.error
 import urllib.request
@@ -18,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.cli.browser import (
@@ -32,6 +34,7 @@ from tests.conftest import Procs, wait_until
 from tests.watchdog.test_cross_process import spawn_runtime
 from turnwatch import names
 from turnwatch.runtime.events import Event
+from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.tracing.ledger import connect, read_events
 
 pytestmark = pytest.mark.timeout(300)
@@ -57,6 +60,19 @@ def browser_idle(demo: LiveDemo, session: str) -> list[Event]:
         for e in evs
     )
     return evs if done else []
+
+
+def web_processes() -> list[int]:
+    """Live processes started by a call of the live demo (its calls' marker is in their env)."""
+    out = []
+    for pid in psutil.pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if f"{CALL_MARKER}=web-".encode() in fh.read():
+                    out.append(pid)
+        except OSError:
+            continue
+    return out
 
 
 def scrape(demo: LiveDemo) -> str:
@@ -122,7 +138,8 @@ def test_stop_clicked_in_chromium_is_traced_from_the_click_to_idle(tmp_path: Pat
             browser.close()
         text = scrape(demo)
         assert events(demo, "evil") == []
-    # The demo has exited: its spans are flushed.
+    # The demo has exited: its spans are flushed, and nothing of its calls is left running.
+    assert web_processes() == []
     spans = demo.spans()
     for session, stop_to_idle in measured.items():
         _check_stop(session, stop_to_idle, events(demo, session), spans)
@@ -254,3 +271,15 @@ def _post(url: str, headers: dict[str, str]) -> int:
             return int(r.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
+
+
+def test_a_service_managers_sigterm_ends_the_live_demo_leaving_nothing(tmp_path: Path) -> None:
+    """``demo --web`` under systemd or ``timeout`` gets SIGTERM, not Ctrl-C: its sessions are
+    stopped the ADR's way all the same (the Bash that ignores SIGTERM included)."""
+    with live_demo(tmp_path) as demo:
+        wait_until(lambda: len(web_processes()) >= 2, 60, "the demo's Bash and its sleep")
+        demo.proc.send_signal(signal.SIGTERM)
+        assert demo.proc.wait(timeout=60) == 0
+    assert web_processes() == []
+    settled = [e for e in events(demo, "web-bash") if e.kind == names.TURN_SETTLED]
+    assert [e.attrs.get(names.K_OUTCOME) for e in settled] == ["aborted"]

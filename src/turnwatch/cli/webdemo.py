@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from turnwatch.cli.wiring import Wiring
 from turnwatch.exporters import http
 from turnwatch.runtime import LocalHost, Mode, Runtime
 from turnwatch.runtime.events import Event
+from turnwatch.runtime.model import StopSource
 from turnwatch.tracing.eventsapi import PATH, EventsApp
 from turnwatch.watchdog.loop import Watchdog
 from turnwatch.watchdog.scan import Config, Finding
@@ -67,7 +69,12 @@ async def serve_live(
     restart_after_s: float = RESTART_AFTER_S,
     until: asyncio.Event | None = None,
 ) -> None:
-    """Serve the page and run the sessions until ``until`` is set (or the task is cancelled)."""
+    """Serve the page and run the sessions until ``until`` is set, SIGTERM arrives, or the task
+    is cancelled (Ctrl-C); on the way out every session is stopped, the ADR's way."""
+    until = until or asyncio.Event()
+    with contextlib.suppress(RuntimeError, ValueError):  # only the main thread gets signals
+        # A service manager's SIGTERM ends the demo as Ctrl-C does: nothing left running.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, until.set)
     tree = str(await asyncio.to_thread(make_tree, workdir, WEB_TREE_LINKS))
     host = LocalHost()
     adr = Runtime(host, grace_s=grace_s, sink=wiring.telemetry)
@@ -84,7 +91,7 @@ async def serve_live(
         if s is None:
             raise LookupError(f"unknown session {session!r}; sessions: {', '.join(sessions)}")
         fut = asyncio.run_coroutine_threadsafe(
-            s.runtime.abort(session, source="ui", traceparent=traceparent), loop
+            s.runtime.abort(session, source=StopSource.UI, traceparent=traceparent), loop
         )
         return fut.result(timeout=300).value
 
@@ -116,7 +123,7 @@ async def serve_live(
     )
     idle_since: dict[str, float] = {}
     try:
-        while until is None or not until.is_set():
+        while not until.is_set():
             await asyncio.sleep(0.5)
             await asyncio.to_thread(wiring.ledger.flush)  # the loop keeps answering stops
             findings[:] = (await dog.cycle()).findings
@@ -131,5 +138,5 @@ async def serve_live(
         http.stop(server)
         for name, s in sessions.items():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(s.runtime.abort(name, source="api"), grace_s + 5)
+                await asyncio.wait_for(s.runtime.abort(name, source=StopSource.API), grace_s + 5)
         await host.close()

@@ -56,6 +56,7 @@ def stop_by_control(ledger: Path) -> Stop:
     """A Stop through the session's runtime control endpoint, as the ledger records it (the
     runtime's ``runtime.started``): ``agent.abort`` with source ``ui`` and the click's trace."""
     from turnwatch import names
+    from turnwatch.runtime.model import StopSource
     from turnwatch.watchdog.control_client import ControlError, call
 
     def stop(session: str, traceparent: str | None) -> str:
@@ -72,7 +73,7 @@ def stop_by_control(ledger: Path) -> Stop:
             raise LookupError(
                 f"session {session!r}: its runtime recorded no control endpoint to stop it by"
             )
-        params = {"session": session, "source": "ui"}
+        params = {"session": session, "source": StopSource.UI.value}
         if traceparent:
             params["traceparent"] = traceparent
         try:
