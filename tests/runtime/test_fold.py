@@ -368,3 +368,14 @@ def test_a_browser_idle_without_its_click_measures_nothing() -> None:
         metrics.on_step(fold(e))
     # The server's idle measured it; a stray browser idle adds nothing.
     assert registry.get_sample_value(names.M_STOP_TO_IDLE + "_count", {"mode": "unknown"}) == 1
+
+
+def test_a_long_running_span_builder_keeps_a_bounded_number_of_ended_stops() -> None:
+    from turnwatch.tracing import spans as spans_module
+
+    builder = SpanBuilder(TracerProvider().get_tracer("t"))
+    t = time.time()
+    for i in range(spans_module.MAX_ENDED_STOPS + 50):
+        for e in _browser_stop(t, "click_first", 0.0)[:-1]:  # no browser idle ever comes
+            builder(e._replace(session=f"s{i}"))
+    assert len(builder._ended) == spans_module.MAX_ENDED_STOPS  # noqa: SLF001

@@ -162,7 +162,11 @@ class StopMetrics:
 
     def _on_ui_idle(self, st: Step) -> None:
         s = st.session
-        if s.idle_by == names.SOURCE_BROWSER and s.ui_click_ts is not None and s.ui_idle_ts:
+        if (
+            s.idle_by == names.SOURCE_BROWSER
+            and s.ui_click_ts is not None
+            and s.ui_idle_ts is not None
+        ):
             self.stop_to_idle.labels(mode=self._mode(st)).observe(
                 max(0.0, s.ui_idle_ts - s.ui_click_ts), _exemplar(st.ev)
             )

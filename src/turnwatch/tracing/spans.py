@@ -11,6 +11,7 @@ to the call's ``execute_tool`` span); ``turn.settle`` (walk → turn settled) un
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -25,6 +26,8 @@ from turnwatch.runtime.fold import MAX_RELEASED, CallState, Fold, Move, Step, St
 from turnwatch.runtime.model import Outcome, Receipt, RecoveryResult, ToolClass
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+#: Ended stop roots kept for a browser's late click or idle (the oldest are forgotten).
+MAX_ENDED_STOPS = 1024
 _new_event = tuple.__new__
 # gen_ai.tool.type: our own tools are functions; MCP and plugin tools are extensions.
 _RECOVERY_FAILED = frozenset({RecoveryResult.FAILED.value, RecoveryResult.REFUSED.value})
@@ -72,8 +75,9 @@ class SpanBuilder:
         self.fold = Fold(Store(MAX_RELEASED))
         self._exec: dict[tuple[str, str], _Exec] = {}
         self._stops: dict[str, _Stop] = {}
-        # Each session's last stop root once ended, until the browser says it rendered idle.
-        self._ended: dict[str, Span] = {}
+        # The last ended stop roots, for a browser's click or idle that arrives after them
+        # (bounded: a reader that runs for weeks sees sessions no browser ever reports on).
+        self._ended: OrderedDict[str, Span] = OrderedDict()
 
     def __call__(self, ev: Event) -> Event:
         return self.on_step(self.fold(ev))
@@ -175,6 +179,9 @@ class SpanBuilder:
         stop.root.add_event(names.PROCESSING_CLEARED, timestamp=_ns(st.ev))
         stop.root.end(_ns(st.ev))
         self._ended[st.ev.session] = stop.root
+        self._ended.move_to_end(st.ev.session)
+        if len(self._ended) > MAX_ENDED_STOPS:
+            self._ended.popitem(last=False)
         return stop.root
 
     def _on_ui_click(self, st: Step) -> Span | None:
