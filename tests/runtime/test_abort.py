@@ -232,6 +232,7 @@ async def test_a_failing_stop_callback_does_not_stop_the_stop(
     turn.on_stop.append(lambda: 1 / 0)
     turn.on_stop.append(lambda: called.append("second"))
     read = turn.request("Read", {"path": str(fifo)})
+    await until(lambda: sink.of(names.TOOL_STARTED), what="the read")
     assert await runtime.abort("s") is Receipt.ACCEPTED
     assert called == ["second"]
     assert (await read.result()).outcome is Outcome.DISCARDED
@@ -247,3 +248,25 @@ async def test_a_call_can_ask_for_permission_whatever_the_runtime_says(
     await sink.wait_for(names.PERMISSION_REQUESTED, call=write.call_id)
     assert runtime.answer_permission("s", write.call_id, False) is Answer.DENIED
     assert (await write.result()).outcome is Outcome.DENIED
+
+
+async def test_calls_stopped_in_the_tick_they_were_requested_never_start(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    """The agent loop asks, and Stop lands before the loop runs again: a call admitted at once
+    is scheduled, not started, so none of them starts (a Write that started would write)."""
+    turn = runtime.start_turn("s")
+    target = tmp_path / "never.txt"
+    calls = [
+        turn.request("Write", {"path": str(target), "content": "x"}),
+        turn.request("Read", {"path": str(tmp_path / "missing")}),
+        turn.request("Bash", {"command": f"touch {tmp_path / 'never-ran'}"}),
+    ]
+    assert await runtime.abort("s") is Receipt.ACCEPTED
+    assert sink.of(names.TOOL_STARTED) == []
+    assert [(await c.result()).outcome for c in calls] == [Outcome.ABORTED] * 3
+    await asyncio.sleep(0.2)  # had any of them been scheduled to run, it would have by now
+    assert not target.exists()
+    assert not (tmp_path / "never-ran").exists()
+    assert sink.of(names.TOOL_STARTED) == []
+    assert check_invariants(sink.events) == []

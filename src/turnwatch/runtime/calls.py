@@ -8,6 +8,7 @@ as such. The handlers here are the ones both the abort signal and ``abort()``'s 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -28,6 +29,8 @@ from turnwatch.runtime.protocol import (
     Progress,
     Started,
 )
+
+_log = logging.getLogger(__name__)
 
 #: How much collected output a call keeps (the tail), so a chatty process cannot eat memory.
 OUTPUT_CAP = 256 * 1024
@@ -96,7 +99,8 @@ class Call:
         # The open permission prompt, while the call waits for one.
         self.prompt: Prompt | None = None
         # The host's execution, once the call started.
-        self.exec_task: asyncio.Task[HostResult] | None = None
+        # (None as its result: a stop came before it started, and it never did.)
+        self.exec_task: asyncio.Task[HostResult | None] | None = None
         # True once the runtime stopped waiting: later progress and results are not shown.
         self.abandoned = False
         # Output seen so far (tail, capped): what a grace call returns if the host cannot answer.
@@ -213,6 +217,27 @@ class Call:
         self.turn.call_done(self)
         return True
 
+    def host_answered(self, task: asyncio.Task[HostResult | None]) -> None:
+        """The call's execution ended (a done callback): resolve the call from the host's answer
+        (an execution that never started has none: the stop resolved the call)."""
+        try:
+            self._from_task(task)
+        except Exception as exc:  # a bug here must not leave the turn open forever
+            _log.exception("call %s: resolving the host's answer failed", self.call_id)
+            self.finish(Outcome.FAILED, error=repr(exc))
+
+    def _from_task(self, task: asyncio.Task[HostResult | None]) -> None:
+        if task.cancelled():
+            self.finish(Outcome.FAILED, error="the host's execution was cancelled")
+        elif (exc := task.exception()) is not None:
+            # The host raised instead of answering: a host bug, said where it can be seen.
+            _log.error("call %s: the host raised", self.call_id, exc_info=exc)
+            self.finish(Outcome.FAILED, error=repr(exc))
+        else:
+            res = task.result()
+            if res is not None:
+                self.finish_from_host(res)
+
     def finish_from_host(self, res: HostResult) -> None:
         """Resolve from the host's answer (the call was not raced away)."""
         stopped = self.stop.done()
@@ -282,10 +307,7 @@ class Call:
         """``grace``: wait at most ``window`` for the host's collected output, then give up."""
         assert self.exec_task is not None
         if await self.env.clock.wait(self.exec_task, window):
-            if self.exec_task.cancelled() or self.exec_task.exception() is not None:
-                self.finish(Outcome.FAILED, error=repr(self.exec_task.exception()))
-            else:
-                self.finish_from_host(self.exec_task.result())
+            self._from_task(self.exec_task)
             return
         self.abandoned = True
         self.emit(names.TOOL_GRACE_EXPIRED, grace_s=window)
@@ -300,10 +322,7 @@ class Call:
         """``await``: the result arrives, however late; the turn waits for it."""
         assert self.exec_task is not None
         await asyncio.wait((self.exec_task,))
-        if self.exec_task.cancelled() or self.exec_task.exception() is not None:
-            self.finish(Outcome.FAILED, error=repr(self.exec_task.exception()))
-            return
-        self.finish_from_host(self.exec_task.result())
+        self._from_task(self.exec_task)
 
 
 def _outcome_of(res: HostResult, stopped: bool) -> Outcome:

@@ -68,6 +68,13 @@ class Admission:
         self._free = limit
         self._waiters: deque[asyncio.Future[None]] = deque()
 
+    def try_acquire(self) -> bool:
+        """Take a free slot now if one is free and no one waits (FIFO): True if taken."""
+        if self._free and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
     async def acquire(self, stop: asyncio.Future[object]) -> bool:
         """Take a slot; False (and no slot) when the stop came first."""
         if stop.done():

@@ -29,7 +29,7 @@ from turnwatch.runtime.model import (
     TurnOutcome,
     class_of,
 )
-from turnwatch.runtime.protocol import ExecuteRequest
+from turnwatch.runtime.protocol import ExecuteRequest, HostResult
 from turnwatch.runtime.registry import AbortRegistry
 
 AskPermission = Callable[[str, ToolClass], bool]
@@ -151,16 +151,23 @@ class Turn:
         else:
             if ask_permission:
                 self._open_prompt(call)
-            asyncio.get_running_loop().create_task(self._lifecycle(call), name=f"call {cid}")
+            asks = self._asks(call)
+            # The common case needs no task of its own: no prompt, a free slot, start now.
+            if asks or not self.session.admission.try_acquire():
+                task = self._lifecycle(call, asks)
+                asyncio.get_running_loop().create_task(task, name=f"call {cid}")
+            else:
+                call.holds_slot = True
+                self._start(call)
         return CallHandle(call)
 
-    async def _lifecycle(self, call: Call) -> None:
-        env = self.session.env
+    async def _lifecycle(self, call: Call, asks: bool) -> None:
+        """A call that waits, for a slot or for its permission prompt, then starts."""
         try:
             call.holds_slot = await self.session.admission.acquire(self._prestart_stop(call))
             if not call.holds_slot:
                 return
-            if self._asks(call):
+            if asks:
                 prompt = call.prompt or self._open_prompt(call)
                 approved = await prompt.wait(self._prestart_stop(call))
                 if approved is None:
@@ -168,34 +175,42 @@ class Turn:
                 if not approved:
                     call.finish(Outcome.DENIED, error_code="PERMISSION_DENIED")
                     return
-            call.phase = Phase.ADMITTED
-            if self._prestart_stop(call).done():
-                return  # stopped between admission and start: it never starts
-            # No await between the check above and this line: the start is atomic.
-            call.phase = Phase.RUNNING
-            req = ExecuteRequest(
-                self.session.id,
-                self.id,
-                call.call_id,
-                call.tool,
-                call.tool_class,
-                call.args,
-                self.traceparent,
-            )
-            call.exec_task = asyncio.get_running_loop().create_task(
-                env.call.host.execute(req, call.on_message), name=f"execute {call.call_id}"
-            )
-            # Only the host's answer wakes this task. A stop does not: its handler resolves the
-            # call itself (a walk over 10,000 calls must not wake 10,000 tasks), and an answer
-            # that comes after is then dropped or, if a side effect outlived the wait, recorded.
-            await asyncio.wait((call.exec_task,))
-            if call.exec_task.cancelled() or call.exec_task.exception() is not None:
-                call.finish(Outcome.FAILED, error=repr(call.exec_task.exception()))
-            else:
-                call.finish_from_host(call.exec_task.result())
+            self._start(call)
         except Exception as exc:  # a host bug must not leave the turn open forever
             call.finish(Outcome.FAILED, error=repr(exc))
             raise
+
+    def _start(self, call: Call) -> None:
+        """An admitted call: its execution is scheduled, and starts unless a stop comes first."""
+        call.phase = Phase.ADMITTED
+        call.exec_task = asyncio.get_running_loop().create_task(
+            self._execute(call), name=f"execute {call.call_id}"
+        )
+        # Only the host's answer resolves the call from here. A stop does not wake anything: its
+        # handler resolves the call itself (a walk over 10,000 calls must not wake 10,000
+        # tasks), and an answer that comes after is then dropped or, if a side effect outlived
+        # the wait, recorded.
+        call.exec_task.add_done_callback(call.host_answered)
+
+    async def _execute(self, call: Call) -> HostResult | None:
+        if self.stop_task is not None and not call.stop.done():
+            # A stop began in the tick this call was admitted and its walk has not run yet:
+            # the walk goes first (one step), so it finds the call not started.
+            await asyncio.sleep(0)
+        if self._prestart_stop(call).done():
+            return None  # stopped between admission and start: it never starts
+        # No await between the check above and this line: the start is atomic.
+        call.phase = Phase.RUNNING
+        req = ExecuteRequest(
+            self.session.id,
+            self.id,
+            call.call_id,
+            call.tool,
+            call.tool_class,
+            call.args,
+            self.traceparent,
+        )
+        return await self.session.env.call.host.execute(req, call.on_message)
 
     def _open_prompt(self, call: Call) -> Prompt:
         call.phase = Phase.AWAITING_PERMISSION
