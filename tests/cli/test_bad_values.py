@@ -48,6 +48,8 @@ def test_bad_metrics_addresses(ledger: Path, addr: str, says: str) -> None:
         ["serve-metrics", "--metrics-addr", addr],
         ["watch", "--metrics-addr", addr],
         ["demo", "--serve-metrics", addr],
+        ["serve", "--addr", addr],
+        ["demo", "--web", "--web-addr", addr],
     ):
         one_line_exit_2(turnwatch(*argv, "--ledger", str(ledger)), addr, says)
 
@@ -57,6 +59,8 @@ def test_a_busy_port_is_named(ledger: Path, busy_port: int) -> None:
     for argv in (
         ["serve-metrics", "--metrics-addr", addr],
         ["watch", "--metrics-addr", addr],
+        ["serve", "--addr", addr],
+        ["demo", "--web", "--web-addr", addr],
     ):
         one_line_exit_2(turnwatch(*argv, "--ledger", str(ledger)), f"cannot listen on {addr}")
 

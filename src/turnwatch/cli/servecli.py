@@ -18,18 +18,27 @@ from turnwatch.cli.common import (
     read_conn,
 )
 
-PollOpt = Annotated[float, typer.Option(help="Seconds between reads of new events.")]
+PollOpt = Annotated[
+    float, typer.Option(metavar="SECONDS", help="Seconds between reads of new events.")
+]
 TokenOpt = Annotated[
     Path | None,
-    typer.Option(help="Require this file's token as a bearer token on POST /v1/events."),
+    typer.Option(
+        metavar="FILE",
+        help="Require this file's token as a bearer token on POST /v1/events (and, with serve, "
+        "on the live page's Stop: open the page as /#token=TOKEN).",
+    ),
 ]
 OriginOpt = Annotated[
     list[str] | None,
     typer.Option(
-        help="A browser origin (other than this server's own) allowed to post events (repeatable)."
+        metavar="ORIGIN",
+        help="A browser origin (other than this server's own) allowed to post events (repeatable).",
     ),
 ]
-MaxBodyOpt = Annotated[int, typer.Option(help="The largest POST /v1/events body, bytes.")]
+MaxBodyOpt = Annotated[
+    int, typer.Option(metavar="BYTES", help="The largest POST /v1/events body, bytes.")
+]
 
 
 def serve_metrics(

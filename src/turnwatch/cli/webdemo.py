@@ -75,7 +75,7 @@ async def serve_live(
     with contextlib.suppress(RuntimeError, ValueError):  # only the main thread gets signals
         # A service manager's SIGTERM ends the demo as Ctrl-C does: nothing left running.
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, until.set)
-    tree = str(await asyncio.to_thread(make_tree, workdir, WEB_TREE_LINKS))
+    tree = str(workdir / "monorepo")  # made below, once the address is known to be free
     host = LocalHost()
     adr = Runtime(host, grace_s=grace_s, sink=wiring.telemetry)
     legacy = Runtime(host, mode=Mode.LEGACY, grace_s=grace_s, sink=wiring.telemetry)
@@ -102,6 +102,12 @@ async def serve_live(
     routes: dict[str, http.WSGIApp] = {PATH: events_app(wiring), "/": page}
     routes.update({"/web/": page, "/api/": page})
     server, port = http.serve(wiring.registry, addr, routes=routes)
+    try:
+        await asyncio.to_thread(make_tree, workdir, WEB_TREE_LINKS)  # its root is `tree`
+    except BaseException:
+        http.stop(server)
+        await host.close()
+        raise
     say(f"live page on {http.url(addr, port).removesuffix('/metrics')}/ (Ctrl-C to end)")
     run = f"{os.getpid():x}{int(time.time() * 1000) % 0xFFFF:04x}"
     turns = dict.fromkeys(sessions, 0)
