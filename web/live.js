@@ -6,6 +6,7 @@ import { createStopTracer } from "/web/turnwatch-stop.js";
 // (a fragment never leaves the browser, so the token is in no server's log).
 const token = new URLSearchParams(location.hash.slice(1)).get("token");
 const auth = token ? { Authorization: `Bearer ${token}` } : {};
+window.addEventListener("hashchange", () => location.reload()); // a token given later: start over
 // ?flush_ms=N holds the page's batched events that long (the tests use it to leave the page
 // with its idle still queued, for the unload beacon to carry).
 const flushMs = Number(new URLSearchParams(location.search).get("flush_ms")) || undefined;
@@ -54,13 +55,27 @@ async function stop(session, turn, button) {
     // agent.abort returned: the turn is settled and the runtime cleared "processing". The UI
     // renders idle now, as a runtime's renderer that awaited the RPC does (ADR: the renderer
     // clears processing when abort returns), not at the next poll.
-    const reply = r.ok ? await r.json() : null;
-    if (reply && reply.receipt !== "stale") showIdle(session);
+    const reply = await r.json().catch(() => ({}));
+    if (!r.ok) {
+      // Not stopped (no token, runtime unreachable…): say why, and let the user try again.
+      awaitingIdle.delete(session);
+      showError(`Stop ${session}: ${r.status} ${reply.error ?? ""}`);
+    } else {
+      showError(null);
+      if (reply.receipt !== "stale") showIdle(session);
+    }
   } catch (err) {
+    awaitingIdle.delete(session);
     console.warn("turnwatch: stop", err);
   }
   if (refreshing) await refreshing; // a poll under way may have read the session before
   await refresh();
+}
+
+function showError(text) {
+  const p = $("#error");
+  p.hidden = !text;
+  p.textContent = text ?? "";
 }
 
 function showIdle(session) {

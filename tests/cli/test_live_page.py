@@ -235,6 +235,12 @@ def test_serve_stops_another_processs_runtime_from_the_page(tmp_path: Path, proc
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
             try:
                 page = browser.new_page()
+                page.goto(srv.base + "/")  # no token: Stop is refused, and the page says so
+                sel = 'tr[data-session="far"][data-state="processing"] button.stop:not([disabled])'
+                page.click(sel)
+                page.wait_for_selector("#error:not([hidden])")
+                assert "401" in page.inner_text("#error")
+                page.wait_for_selector(sel)  # the session is still running, Stop clickable
                 page.goto(srv.base + "/#token=s3cret")
                 took = _stop_in_browser(page, "far")["stopToIdle"]
                 # The page batches its idle for 250 ms: wait for it before closing the browser.
