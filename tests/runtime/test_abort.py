@@ -265,7 +265,8 @@ async def test_calls_stopped_in_the_tick_they_were_requested_never_start(
     assert await runtime.abort("s") is Receipt.ACCEPTED
     assert sink.of(names.TOOL_STARTED) == []
     assert [(await c.result()).outcome for c in calls] == [Outcome.ABORTED] * 3
-    await asyncio.sleep(0.2)  # had any of them been scheduled to run, it would have by now
+    # Every execution the three calls had scheduled has run its course.
+    await until(lambda: asyncio.all_tasks() == {asyncio.current_task()}, what="the executions")
     assert not target.exists()
     assert not (tmp_path / "never-ran").exists()
     assert sink.of(names.TOOL_STARTED) == []

@@ -13,8 +13,7 @@ from prometheus_client import CollectorRegistry
 from turnwatch.exporters import http
 from turnwatch.exporters.metrics import LiveCollector, StopMetrics
 from turnwatch.exporters.otel import tracer_provider
-from turnwatch.runtime.events import Event
-from turnwatch.tracing.eventsapi import MAX_BYTES, PATH, EventsApp
+from turnwatch.tracing.eventsapi import MAX_BYTES, PATH, EventsApp, recorder
 from turnwatch.tracing.follower import LedgerFollower
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.pipeline import Telemetry
@@ -49,7 +48,7 @@ def serve_ledger_metrics(
         from turnwatch.cli.webpage import LivePage, stop_by_control
 
         live = LivePage(path, stop_by_control(path), token=events.token if events else None)
-        routes.update({"/": live, "/web/": live, "/api/": live})
+        routes.update(live.routes())
     try:
         server, port = http.serve(registry, addr, routes=routes)
     except BaseException:
@@ -90,17 +89,15 @@ def _events_route(
     telemetry = Telemetry(
         ledger=ledger, spans=SpanBuilder(provider.get_tracer("turnwatch")), dedup=True
     )
-    lock = threading.Lock()
-
-    def record(batch: list[Event]) -> None:
-        with lock:  # one request's events together, and durable before the reply
-            for ev in batch:
-                telemetry(ev)
-            ledger.flush(timeout=30)
 
     def close() -> None:
         ledger.close()
         provider.shutdown()
 
-    app = EventsApp(record, token=opts.token, origins=opts.origins, max_bytes=opts.max_bytes)
+    app = EventsApp(
+        recorder(telemetry, ledger),
+        token=opts.token,
+        origins=opts.origins,
+        max_bytes=opts.max_bytes,
+    )
     return {PATH: app}, close

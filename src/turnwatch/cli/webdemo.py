@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,9 +25,8 @@ from turnwatch.cli.webpage import LivePage
 from turnwatch.cli.wiring import Wiring
 from turnwatch.exporters import http
 from turnwatch.runtime import LocalHost, Mode, Runtime
-from turnwatch.runtime.events import Event
 from turnwatch.runtime.model import StopSource
-from turnwatch.tracing.eventsapi import PATH, EventsApp
+from turnwatch.tracing.eventsapi import PATH, EventsApp, recorder
 from turnwatch.watchdog.loop import Watchdog
 from turnwatch.watchdog.scan import Config, Finding
 
@@ -43,19 +41,6 @@ class _Session:
     runtime: Runtime
     tool: str
     args: dict[str, Any]
-
-
-def events_app(wiring: Wiring, **guard: Any) -> EventsApp:
-    """``POST /v1/events`` into the demo's own pipeline: a batch is durable before the reply."""
-    lock = threading.Lock()
-
-    def record(batch: list[Event]) -> None:
-        with lock:
-            for ev in batch:
-                wiring.telemetry(ev)
-            wiring.ledger.flush(timeout=30)
-
-    return EventsApp(record, **guard)
 
 
 async def serve_live(
@@ -99,8 +84,9 @@ async def serve_live(
     page = LivePage(
         path, stop, before_read=lambda: wiring.ledger.flush(timeout=5), findings=lambda: findings
     )
-    routes: dict[str, http.WSGIApp] = {PATH: events_app(wiring), "/": page}
-    routes.update({"/web/": page, "/api/": page})
+    # The page's clicks and idles go through the demo's own pipeline, as the runtime's events.
+    events = EventsApp(recorder(wiring.telemetry, wiring.ledger))
+    routes: dict[str, http.WSGIApp] = {PATH: events, **page.routes()}
     server, port = http.serve(wiring.registry, addr, routes=routes)
     try:
         await asyncio.to_thread(make_tree, workdir, WEB_TREE_LINKS)  # its root is `tree`

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 from turnwatch.tracing import view
 from turnwatch.tracing.eventsapi import bearer_ok, same_origin
 from turnwatch.tracing.ledger import LedgerError, connect
-from turnwatch.watchdog.scan import Finding, annotate_findings
+from turnwatch.watchdog.scan import Finding, annotate_findings, apply_findings
 
 #: The page's files: ``web/`` of the repository, installed as package data.
 ASSETS = Path(__file__).resolve().parent.parent / "web"
@@ -115,6 +115,10 @@ class LivePage:
         self._lock = threading.Lock()
         self.assets = assets
 
+    def routes(self) -> dict[str, Callable[[dict[str, Any], StartResponse], Iterable[bytes]]]:
+        """Where the page is served, as :func:`turnwatch.exporters.http.serve` takes routes."""
+        return {"/": self, "/web/": self, "/api/": self}
+
     def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "") or "/"
         method = environ.get("REQUEST_METHOD", "GET")
@@ -146,12 +150,7 @@ class LivePage:
         try:
             if self.findings is None:
                 return self._scan(conn)
-            rows = view.sessions(conn)
-            by = {r.session: r for r in rows}
-            for f in self.findings():
-                row = by.get(f.session)
-                if row is not None and f.kind not in row.findings:
-                    row.findings.append(f.kind)
+            rows = apply_findings(view.sessions(conn), self.findings())
             return [r.to_json() for r in rows]
         finally:
             conn.close()

@@ -70,14 +70,16 @@ def serve(
             return server, int(server.server_port)
         metrics = make_wsgi_app(registry)
         table = dict(routes)
-        # A route ending in "/" serves everything under it; the longest such prefix wins.
-        prefixes = sorted((p for p in table if p.endswith("/")), key=len, reverse=True)
+        # A route ending in "/" (but "/" itself) serves everything under it; the longest wins.
+        prefixes = sorted((p for p in table if p.endswith("/") and p != "/"), key=len, reverse=True)
 
         def app(environ: dict[str, Any], start: Any) -> Any:
             path = environ.get("PATH_INFO", "")
-            route = table.get(path) if path != "/metrics" else None
-            if route is None and path != "/metrics":
-                route = next((table[p] for p in prefixes if path.startswith(p) and p != "/"), None)
+            if path == "/metrics":
+                return metrics(environ, start)
+            route = table.get(path) or next(
+                (table[p] for p in prefixes if path.startswith(p)), None
+            )
             return (route or metrics)(environ, start)
 
         class Server(ThreadingMixIn, WSGIServer):

@@ -261,22 +261,25 @@ class Runtime:
             attrs[names.K_TRACEPARENT] = traceparent
         self.emit(names.ABORT_RPC_RECEIVED, session_id, turn=live.id, attrs=attrs)
         live.stop_task = asyncio.get_running_loop().create_task(
-            self._stop(live, src), name=f"stop {live.id}"
+            self._settle(live), name=f"stop {live.id}"
         )
         for callback in live.on_stop:
             try:
                 callback()
             except Exception:  # the walk is under way: a framework's failing cancel cannot stop it
                 _log.exception("a stop callback of turn %s failed", live.id)
+        # The walk now, in this step: a call admitted in the same tick finds its stop before it
+        # can start, and no call waits a loop step for its handler.
+        if self.mode is Mode.LEGACY and src is not StopSource.WATCHDOG:
+            walk.signal_legacy(live, src, self.grace_s)
+        else:
+            self._walk(live, src)
         await asyncio.shield(live.stop_task)
         sess.returned(live, Receipt.ACCEPTED)
         return Receipt.ACCEPTED
 
-    async def _stop(self, turn: Turn, src: StopSource) -> None:
-        if self.mode is Mode.LEGACY and src is not StopSource.WATCHDOG:
-            walk.signal_legacy(turn, src, self.grace_s)
-        else:
-            self._walk(turn, src)
+    async def _settle(self, turn: Turn) -> None:
+        """After the walk: the turn settles once every call is resolved."""
         await turn.wait_idle()
         if turn.lingering is not None:
             await turn.lingering

@@ -176,7 +176,7 @@ class Turn:
                     call.finish(Outcome.DENIED, error_code="PERMISSION_DENIED")
                     return
             self._start(call)
-        except Exception as exc:  # a host bug must not leave the turn open forever
+        except Exception as exc:  # a bug here must not leave the turn open forever
             call.finish(Outcome.FAILED, error=repr(exc))
             raise
 
@@ -193,10 +193,6 @@ class Turn:
         call.exec_task.add_done_callback(call.host_answered)
 
     async def _execute(self, call: Call) -> HostResult | None:
-        if self.stop_task is not None and not call.stop.done():
-            # A stop began in the tick this call was admitted and its walk has not run yet:
-            # the walk goes first (one step), so it finds the call not started.
-            await asyncio.sleep(0)
         if self._prestart_stop(call).done():
             return None  # stopped between admission and start: it never starts
         # No await between the check above and this line: the start is atomic.

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import hmac
 import json
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from turnwatch.runtime.events import Event
 from turnwatch.tracing.ingest import BadLine, parse_line
+from turnwatch.tracing.ledger import Ledger
+from turnwatch.tracing.pipeline import Telemetry
 
 PATH = "/v1/events"
 #: The default limit of a request's body: a browser's batch is a few kilobytes.
@@ -85,6 +88,20 @@ class EventsApp:
             return _reply(start, "400 Bad Request", {"bad": lines, "accepted": 0}, cors)
         self.record(events)
         return _reply(start, "200 OK", {"accepted": len(events)}, cors)
+
+
+def recorder(telemetry: Telemetry, ledger: Ledger) -> Callable[[list[Event]], None]:
+    """``record`` for :class:`EventsApp`: a request's events into ``telemetry`` together (one
+    request at a time), and committed to ``ledger`` before the reply says they are."""
+    lock = threading.Lock()
+
+    def record(batch: list[Event]) -> None:
+        with lock:
+            for ev in batch:
+                telemetry(ev)
+            ledger.flush(timeout=30)
+
+    return record
 
 
 def parse_body(body: bytes) -> tuple[list[Event], list[BadLine]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -381,12 +382,17 @@ def annotate_findings(
     """The sessions view with each session's findings filled in."""
     now = time.time() if now is None else now
     rows = view.sessions(conn, now=now, th=cfg)
-    by = {r.session: r for r in rows}
     result = scan(conn, cfg=cfg, now=now)
     assert result.table is not None
     for r in rows:
         r.live_processes = sum(len(_left_alive(c, result.table)) for c in r.calls)
-    for f in result.findings:
+    return apply_findings(rows, result.findings)
+
+
+def apply_findings(rows: list[SessionView], findings: Iterable[Finding]) -> list[SessionView]:
+    """Each row with its sessions' findings named, and pinned when a finding says so."""
+    by = {r.session: r for r in rows}
+    for f in findings:
         row = by.get(f.session)
         if row is None:
             continue
