@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from turnwatch.runtime.control import ControlServer
     from turnwatch.runtime.events import Event, EventSink, FanOut, MemorySink
     from turnwatch.runtime.gate import Answer
+    from turnwatch.runtime.handle import CallHandle
     from turnwatch.runtime.host import LocalHost
     from turnwatch.runtime.model import (
         BUILTIN_CLASSES,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     )
     from turnwatch.runtime.registry import AbortRecord, AbortRegistry
     from turnwatch.runtime.runtime import Runtime
-    from turnwatch.runtime.session import CallHandle, Session, Turn
+    from turnwatch.runtime.session import Session, Turn
 
 _WHERE = {
     "ControlServer": "turnwatch.runtime.control",
@@ -85,7 +86,7 @@ _WHERE = {
     "AbortRegistry": "turnwatch.runtime.registry",
     "DEFAULT_GRACE_S": "turnwatch.runtime.model",
     "Runtime": "turnwatch.runtime.runtime",
-    "CallHandle": "turnwatch.runtime.session",
+    "CallHandle": "turnwatch.runtime.handle",
     "Session": "turnwatch.runtime.session",
     "Turn": "turnwatch.runtime.session",
 }

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -64,8 +64,44 @@ class Owner(Protocol):
         """The call is resolved."""
 
 
+#: A call's execution run in this process by whoever requested it (see ``Turn.request``).
+LocalRun = Callable[[], Awaitable[HostResult]]
+#: What a call run by its requester says when it starts (it has no process to name).
+STARTED = Started()
+
+
 class Call:
     """A tool call inside a turn. Fields are owned by the runtime's event loop."""
+
+    # Slots: a call is made on every tool call, and a session keeps its calls for receipts.
+    __slots__ = (
+        "_output_len",
+        "abandoned",
+        "abort_sent",
+        "args",
+        "call_id",
+        "class_name",
+        "containment",
+        "env",
+        "exec_task",
+        "handler",
+        "holds_slot",
+        "in_place",
+        "local",
+        "output",
+        "phase",
+        "pid",
+        "policy",
+        "policy_name",
+        "prompt",
+        "race_cancelled",
+        "result",
+        "session",
+        "stop",
+        "tool",
+        "tool_class",
+        "turn",
+    )
 
     def __init__(
         self,
@@ -76,6 +112,7 @@ class Call:
         tool: str,
         tool_class: ToolClass,
         args: Mapping[str, Any],
+        local: LocalRun | None = None,
     ) -> None:
         self.env = env
         self.turn = turn
@@ -85,9 +122,11 @@ class Call:
         self.tool_class = tool_class
         # The policy its class fixes (design §1), and both as plain strings for the hot path.
         self.policy = POLICY_OF[tool_class]
-        self.class_name: str = tool_class.value
-        self.policy_name: str = self.policy.value
+        self.class_name: str = _NAME[tool_class]
+        self.policy_name: str = _NAME[self.policy]
         self.args = args
+        # The execution its requester runs in this process, instead of the host's.
+        self.local = local
         # Where the call is; moves forward only.
         self.phase = Phase.QUEUED
         loop = asyncio.get_running_loop()
@@ -116,6 +155,10 @@ class Call:
         # What the host said when it started the call (process tools): for CallHandle.
         self.pid: int | None = None
         self.containment: str | None = None
+        # The requester's task running this read-only call in place (Turn.run_call), and
+        # whether the race cancelled it (that cancellation is ours to take back).
+        self.in_place: asyncio.Task[Any] | None = None
+        self.race_cancelled = False
 
     @property
     def never(self) -> asyncio.Future[object]:
@@ -220,23 +263,24 @@ class Call:
     def host_answered(self, task: asyncio.Task[HostResult | None]) -> None:
         """The call's execution ended (a done callback): resolve the call from the host's answer
         (an execution that never started has none: the stop resolved the call)."""
+        if task.cancelled():
+            self.finish(Outcome.FAILED, error="the host's execution was cancelled")
+        elif (exc := task.exception()) is not None:
+            self._raised(exc)
+        elif (res := task.result()) is not None:
+            self._answered(res)
+
+    def _answered(self, res: HostResult) -> None:
         try:
-            self._from_task(task)
+            self.finish_from_host(res)
         except Exception as exc:  # a bug here must not leave the turn open forever
             _log.exception("call %s: resolving the host's answer failed", self.call_id)
             self.finish(Outcome.FAILED, error=repr(exc))
 
-    def _from_task(self, task: asyncio.Task[HostResult | None]) -> None:
-        if task.cancelled():
-            self.finish(Outcome.FAILED, error="the host's execution was cancelled")
-        elif (exc := task.exception()) is not None:
-            # The host raised instead of answering: a host bug, said where it can be seen.
-            _log.error("call %s: the host raised", self.call_id, exc_info=exc)
-            self.finish(Outcome.FAILED, error=repr(exc))
-        else:
-            res = task.result()
-            if res is not None:
-                self.finish_from_host(res)
+    def _raised(self, exc: BaseException) -> None:
+        """The host raised instead of answering: a host bug, said where it can be seen."""
+        _log.error("call %s: the host raised", self.call_id, exc_info=exc)
+        self.finish(Outcome.FAILED, error=repr(exc))
 
     def finish_from_host(self, res: HostResult) -> None:
         """Resolve from the host's answer (the call was not raced away)."""
@@ -256,10 +300,12 @@ class Call:
         outcome = _outcome_of(res, stopped)
         code = names.TOOL_ABORTED if outcome is Outcome.ABORTED else None
         output = res.output if res.output or not self.output else None
-        extra: dict[str, Any] = {names.K_STATUS: res.status.value}
-        if res.data is not None and res.data.get(names.K_LINGERING):
-            # Processes the call left running: the ledger keeps them as the call's.
-            extra[names.K_LINGERING] = res.data[names.K_LINGERING]
+        extra: dict[str, Any] = {}
+        if self.env.sink is not None:  # the event's attributes: none without a sink
+            extra[names.K_STATUS] = res.status.value
+            if res.data is not None and res.data.get(names.K_LINGERING):
+                # Processes the call left running: the ledger keeps them as the call's.
+                extra[names.K_LINGERING] = res.data[names.K_LINGERING]
         self.finish(
             outcome, output=output, error_code=code, data=res.data, error=res.error or None, **extra
         )
@@ -282,6 +328,8 @@ class Call:
                 **{names.K_CLASS: self.class_name},
                 source=source,
             )
+        if self.local is not None:
+            return  # its execution is ours: race() cancels it, await waits for it
         self.env.host.abort(
             AbortRequest(
                 self.session,
@@ -302,12 +350,56 @@ class Call:
         self.finish(
             Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, policy=Policy.RACE.value
         )
+        # What the host does to a raced call's execution (cancels a read-only one; another
+        # class, raced only by a rejected mode, runs on): here the runtime is its host.
+        if self.in_place is not None:
+            self.race_cancelled = True
+            self.in_place.cancel()
+        elif (
+            self.local is not None
+            and self.exec_task is not None
+            and self.tool_class is ToolClass.READ_ONLY
+        ):
+            self.exec_task.cancel()
+
+    async def run_in_place(self, run: LocalRun) -> ToolResult:
+        """Run this admitted ``read_only`` call in the caller's own task (``Turn.run_call``).
+
+        No task of its own: a stop's race cancels the caller's await, and that cancellation is
+        taken back here (the caller gets the discarded result), unless another one came too.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        self.in_place = task
+        self.on_message(STARTED)
+        try:
+            res = await run()
+        except asyncio.CancelledError:
+            if not self._took_back(task):
+                self.finish(Outcome.FAILED, error="the requester's task was cancelled")
+                raise
+        except Exception as exc:
+            self._took_back(task)  # a race whose cancel the tool turned into an error
+            self._raised(exc)
+        else:
+            self._took_back(task)  # a race whose cancel the tool swallowed
+            self._answered(res)
+        finally:
+            self.in_place = None
+        return self.result.result()
+
+    def _took_back(self, task: asyncio.Task[Any]) -> bool:
+        """Take back the race's cancellation of ``task``: True if no other one is pending."""
+        if not self.race_cancelled:
+            return False
+        self.race_cancelled = False
+        return task.uncancel() == 0
 
     async def grace(self, window: float) -> None:
         """``grace``: wait at most ``window`` for the host's collected output, then give up."""
         assert self.exec_task is not None
         if await self.env.clock.wait(self.exec_task, window):
-            self._from_task(self.exec_task)
+            self.host_answered(self.exec_task)
             return
         self.abandoned = True
         self.emit(names.TOOL_GRACE_EXPIRED, grace_s=window)
@@ -322,7 +414,7 @@ class Call:
         """``await``: the result arrives, however late; the turn waits for it."""
         assert self.exec_task is not None
         await asyncio.wait((self.exec_task,))
-        self._from_task(self.exec_task)
+        self.host_answered(self.exec_task)
 
 
 def _outcome_of(res: HostResult, stopped: bool) -> Outcome:
@@ -344,3 +436,6 @@ _PHASE_OF: Mapping[Outcome, Phase] = {
 }
 
 StopHandler = Callable[[Call], None]
+
+#: Class and policy names by member: an enum's ``.value`` is a property, slow on the hot path.
+_NAME: Mapping[ToolClass | Policy, str] = {m: m.value for e in (ToolClass, Policy) for m in e}

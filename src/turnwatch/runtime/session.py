@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnwatch import names
-from turnwatch.runtime.calls import Call, CallEnv
+from turnwatch.runtime.calls import STARTED, Call, CallEnv, LocalRun
 from turnwatch.runtime.events import now_event
 from turnwatch.runtime.gate import Admission, Prompt
+from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.model import (
     CallIdReusedError,
     Mode,
@@ -116,29 +117,75 @@ class Turn:
         call_id: str | None = None,
         tool_class: str | None = None,
         ask_permission: bool | None = None,
+        run: LocalRun | None = None,
     ) -> CallHandle:
         """Ask for a tool call; returns at once with a handle whose ``result()`` you await.
 
         ``ask_permission`` overrides the runtime's ``ask_permission`` for this call. True opens
         the call's prompt at once: an agent framework that asks for its own approvals has it on
         screen already, and its answer may come before the call is admitted.
+
+        ``run`` is the call's execution when the requester runs its tools in this process (an
+        agent framework's handler): once the call is admitted, ``run()`` is the call's execution
+        task, in the requester's context, instead of a ``tools.execute`` to the host. A stop
+        treats it as the host would: a ``read_only`` call's task is cancelled and its result
+        discarded; other classes are awaited. ``process`` calls always run on the host, where
+        their processes are contained.
         """
+        return CallHandle(
+            self._request(tool, args, call_id, tool_class, ask_permission, run, in_place=False)
+        )
+
+    async def run_call(
+        self,
+        tool: str,
+        run: LocalRun,
+        args: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        tool_class: str | None = None,
+    ) -> ToolResult:
+        """Request a call whose execution is ``run()`` (see :meth:`request`) and wait for it.
+
+        A ``read_only`` call admitted at once runs in the caller's own task, in place: a stop
+        cancels that await (its result discarded, as the host's would be) and this returns the
+        discarded result, unless the caller's task was cancelled by someone else too. Other
+        classes run in a task of their own, which the caller's cancellation cannot reach.
+        """
+        call = self._request(tool, args, call_id, tool_class, None, run, in_place=True)
+        if call.phase is not Phase.RUNNING:  # not started here: it waits, or ended already
+            return await CallHandle(call).result()
+        return await call.run_in_place(run)
+
+    def _request(
+        self,
+        tool: str,
+        args: Mapping[str, Any] | None,
+        call_id: str | None,
+        tool_class: str | None,
+        ask_permission: bool | None,
+        run: LocalRun | None,
+        *,
+        in_place: bool,
+    ) -> Call:
         sess, env = self.session, self.session.env
+        cls = class_of(tool, tool_class)
+        if run is not None and cls is ToolClass.PROCESS:
+            raise ValueError(f"{tool!r}: a process call runs on the host, not in its requester")
         cid = call_id or self.next_call_id()
         if cid in sess.used_call_ids:
             raise CallIdReusedError(f"call id {cid!r} was already used in session {sess.id!r}")
         sess.used_call_ids.add(cid)
-        call = Call(
-            env.call, self, sess.id, cid, tool, class_of(tool, tool_class), dict(args or {})
-        )
+        call = Call(env.call, self, sess.id, cid, tool, cls, dict(args or {}), run)
         self.calls[cid] = call
         if ask_permission is not None:
             self._ask[cid] = ask_permission
         self._open += 1
         self._idle.clear()
-        call.emit(
-            names.TOOL_REQUESTED, **{names.K_CLASS: call.tool_class.value}, policy=call.policy.value
-        )
+        if env.call.sink is not None:  # no sink: not even the attributes are built
+            call.emit(
+                names.TOOL_REQUESTED, **{names.K_CLASS: call.class_name}, policy=call.policy_name
+            )
         early = env.registry.take(sess.id, self.id, cid, tool)
         if self.stopping or self.settled.done() or early is not None:
             # The agent loop asked after the stop (or an early abort named this very call).
@@ -158,8 +205,11 @@ class Turn:
                 asyncio.get_running_loop().create_task(task, name=f"call {cid}")
             else:
                 call.holds_slot = True
-                self._start(call)
-        return CallHandle(call)
+                if in_place and cls is ToolClass.READ_ONLY and env.mode is Mode.ADR:
+                    call.phase = Phase.RUNNING  # the caller runs it now, in its own task
+                else:
+                    self._start(call)
+        return call
 
     async def _lifecycle(self, call: Call, asks: bool) -> None:
         """A call that waits, for a slot or for its permission prompt, then starts."""
@@ -197,6 +247,9 @@ class Turn:
             return None  # stopped between admission and start: it never starts
         # No await between the check above and this line: the start is atomic.
         call.phase = Phase.RUNNING
+        if call.local is not None:  # its requester's own execution, not the host's
+            call.on_message(STARTED)
+            return await call.local()
         req = ExecuteRequest(
             self.session.id,
             self.id,
@@ -249,64 +302,6 @@ class Turn:
         sess.env.registry.forget_turn(sess.id, self.id)
         sess.turn_settled(self)
         self.settled.set_result(outcome)
-
-
-class CallHandle:
-    """What ``Turn.request`` returns: the call id at once, the result when it is resolved.
-
-    Read-only: the call's state belongs to the runtime.
-    """
-
-    __slots__ = ("_call",)
-
-    def __init__(self, call: Call) -> None:
-        self._call = call
-
-    @property
-    def call_id(self) -> str:
-        return self._call.call_id
-
-    @property
-    def session(self) -> str:
-        return self._call.session
-
-    @property
-    def tool(self) -> str:
-        return self._call.tool
-
-    @property
-    def tool_class(self) -> ToolClass:
-        return self._call.tool_class
-
-    @property
-    def state(self) -> Phase:
-        """Where the call is: queued, awaiting_permission, admitted, running, or how it ended."""
-        return self._call.phase
-
-    @property
-    def outcome(self) -> Outcome | None:
-        """How it ended, once resolved."""
-        res = self._call.result
-        return res.result().outcome if res.done() else None
-
-    @property
-    def awaiting_permission(self) -> bool:
-        """True while its permission prompt is open (it can still be answered)."""
-        return self._call.phase is Phase.AWAITING_PERMISSION
-
-    @property
-    def pid(self) -> int | None:
-        """The first process of a process call, once the host started it."""
-        return self._call.pid
-
-    @property
-    def containment(self) -> str | None:
-        """``cgroup`` or ``process_group``: how its processes are kept together."""
-        return self._call.containment
-
-    async def result(self) -> ToolResult:
-        """The :class:`~turnwatch.runtime.model.ToolResult`, once the call is resolved."""
-        return await asyncio.shield(self._call.result)
 
 
 class Session:

@@ -1,0 +1,200 @@
+"""Calls whose execution their requester runs in this process (an agent framework's handler).
+
+``Turn.request(run=...)`` and ``Turn.run_call``: a read-only call admitted at once runs in the
+caller's own task; other classes run in a task of their own. Each path is stopped here the ways
+an integration's calls are: by the runtime's stop, by the caller's own cancellation, or both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import until
+from turnwatch import names
+from turnwatch.runtime import HostResult, HostStatus, LocalHost, MemorySink, Outcome, Runtime
+from turnwatch.testing import check_invariants
+
+OK = HostResult(HostStatus.OK, "done")
+
+
+@pytest.fixture
+def sink() -> MemorySink:
+    return MemorySink()
+
+
+@pytest.fixture
+def rt(sink: MemorySink) -> Runtime:
+    return Runtime(LocalHost(subreaper=False), sink=sink, grace_s=0.5)
+
+
+def kinds(sink: MemorySink, call_id: str) -> list[str]:
+    return [e.kind for e in sink.events if e.call == call_id]
+
+
+async def test_a_read_only_call_runs_in_its_callers_task_and_the_stop_discards_it(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    turn = rt.start_turn("s")
+    ran_in: list[asyncio.Task[object] | None] = []
+    cancelled = asyncio.Event()
+
+    async def read() -> HostResult:
+        ran_in.append(asyncio.current_task())
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return OK
+
+    caller = asyncio.ensure_future(turn.run_call("Read", read, tool_class="read_only"))
+    await until(lambda: ran_in, what="the read to start")
+    assert ran_in == [caller]  # in place: no task of its own
+    receipt = await rt.abort("s")
+    assert receipt.value == "accepted"
+    result = await caller  # the race's cancel was taken back: the caller is not cancelled
+    assert result.outcome is Outcome.DISCARDED
+    assert cancelled.is_set()
+    assert caller.cancelling() == 0
+    assert kinds(sink, result.call_id)[-2:] == [names.TOOLS_ABORT_SENT, names.TOOL_RESULT_DISCARDED]
+    assert check_invariants(sink.events) == []
+
+
+async def test_a_read_only_tool_that_swallows_the_cancel_runs_on_but_the_turn_settles(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    turn = rt.start_turn("s")
+    release = asyncio.Event()
+    late = asyncio.Event()
+
+    async def stubborn() -> HostResult:
+        while True:
+            try:
+                await release.wait()
+                break
+            except asyncio.CancelledError:
+                continue  # a tool that ignores cancellation
+        late.set()
+        return OK
+
+    caller = asyncio.ensure_future(turn.run_call("Grep", stubborn, tool_class="read_only"))
+    await asyncio.sleep(0)
+    await rt.abort("s")  # returns although the tool runs on: a read-only call is raced
+    assert turn.settled.done()
+    assert not late.is_set()
+    release.set()
+    result = await caller
+    assert late.is_set()
+    assert result.outcome is Outcome.DISCARDED
+    assert caller.cancelling() == 0
+    assert names.TOOL_FINISHED not in kinds(sink, result.call_id)  # its late result dropped
+    assert check_invariants(sink.events) == []
+
+
+async def test_the_callers_own_cancellation_beside_the_race_is_not_swallowed(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    turn = rt.start_turn("s")
+    started = asyncio.Event()
+
+    async def read() -> HostResult:
+        started.set()
+        await asyncio.Event().wait()
+        return OK
+
+    caller = asyncio.ensure_future(turn.run_call("Read", read, tool_class="read_only"))
+    await started.wait()
+    caller.cancel()  # the framework cancels its tool task as the stop races the call
+    await rt.abort("s")
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert check_invariants(sink.events) == []
+
+
+async def test_a_mutating_call_runs_apart_from_its_caller_and_is_awaited_at_the_stop(
+    rt: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    turn = rt.start_turn("s")
+    target = tmp_path / "out.txt"
+    halfway = asyncio.Event()
+
+    async def write() -> HostResult:
+        with target.open("w") as f:
+            for i in range(10):
+                f.write(f"{i}\n")
+                f.flush()
+                if i == 4:
+                    halfway.set()
+                await asyncio.sleep(0.02)
+        return OK
+
+    caller = asyncio.ensure_future(turn.run_call("Write", write, tool_class="mutating"))
+    await halfway.wait()
+    caller.cancel()  # the framework's own cancel cannot reach the write
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await rt.abort("s")  # returns only once the write returned
+    assert target.read_text().splitlines() == [str(i) for i in range(10)]
+    call = next(iter(turn.calls.values()))
+    assert call.result.result().outcome is Outcome.COMPLETED_AFTER_STOP
+    assert check_invariants(sink.events) == []
+
+
+async def test_calls_requested_in_the_tick_of_the_stop_never_run(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    turn = rt.start_turn("s")
+    ran: list[str] = []
+
+    def tool(name: str) -> Callable[[], Awaitable[HostResult]]:
+        async def run() -> HostResult:
+            ran.append(name)
+            return OK
+
+        return run
+
+    callers = [
+        asyncio.ensure_future(turn.run_call(cls, tool(cls), tool_class=cls))
+        for cls in ("read_only", "mutating", "extension")
+    ]
+    await rt.abort("s")  # the callers' tasks had not run yet
+    results = await asyncio.gather(*callers)
+    assert ran == []
+    assert {r.outcome for r in results} == {Outcome.REFUSED}
+    assert check_invariants(sink.events) == []
+
+
+async def test_a_queued_read_only_call_is_closed_before_it_starts(sink: MemorySink) -> None:
+    rt = Runtime(LocalHost(subreaper=False), sink=sink, max_running=1)
+    turn = rt.start_turn("s")
+    ran: list[int] = []
+
+    async def read() -> HostResult:
+        ran.append(1)
+        await asyncio.Event().wait()
+        return OK
+
+    first = asyncio.ensure_future(turn.run_call("Read", read, tool_class="read_only"))
+    second = asyncio.ensure_future(turn.run_call("Read", read, tool_class="read_only"))
+    await until(lambda: ran, what="the first read to start")
+    await rt.abort("s")
+    assert (await first).outcome is Outcome.DISCARDED
+    assert (await second).outcome is Outcome.ABORTED
+    assert ran == [1]  # the queued one never ran
+    assert check_invariants(sink.events) == []
+
+
+async def test_a_process_call_is_never_run_by_its_requester(rt: Runtime) -> None:
+    turn = rt.start_turn("s")
+
+    async def run() -> HostResult:
+        return OK
+
+    with pytest.raises(ValueError, match="runs on the host"):
+        turn.request("Bash", {}, tool_class="process", run=run)
+    with pytest.raises(ValueError, match="runs on the host"):
+        await turn.run_call("Bash", run, tool_class="process")
