@@ -14,13 +14,13 @@ import contextvars
 import dataclasses
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.host import LocalHost
 from turnwatch.runtime.model import ToolClass
 from turnwatch.runtime.protocol import HostResult, HostStatus, Started
-from turnwatch.runtime.session import CallHandle
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.runtime.tools.process import run_process
 
@@ -82,6 +82,27 @@ class Slot:
     error: BaseException | None = None
     aborted: HostResult | None = None
     handle: CallHandle | None = None
+
+
+class Local:
+    """A framework's handler as the execution of its call (``Turn.run_call``), run in the
+    framework's own task or context; what it returned or raised is kept for the framework, a
+    capped text of it for the ledger."""
+
+    __slots__ = ("error", "run", "value")
+
+    def __init__(self, run: Callable[[], Awaitable[Any]]) -> None:
+        self.run = run
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    async def __call__(self) -> HostResult:
+        try:
+            self.value = await self.run()
+        except Exception as exc:  # the framework gets it back as it was raised
+            self.error = exc
+            return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
+        return HostResult(HostStatus.OK, str(self.value)[:_TEXT_CAP])
 
 
 class Dispatcher:

@@ -9,8 +9,9 @@
 Every tool runs under the policy of its class, from its metadata (``{"turnwatch_class":
 "process"}``) or ``default_class`` (``mutating``, so a tool nobody classified is never abandoned):
 
-- ``read_only``: raced; at a stop its result is discarded. Sync tools run in daemon threads, so
-  an abandoned one no longer keeps the interpreter from exiting (pydantic-ai #7692).
+- ``read_only``: raced; at a stop its result is discarded. It runs in the framework's own task
+  (no task of turnwatch's: the cheapest call), which the stop cancels. Sync tools run in daemon
+  threads, so an abandoned one no longer keeps the interpreter from exiting (pydantic-ai #7692).
 - ``process``: async tools that start commands with :func:`run_command`: a cgroup or process
   group per call, SIGTERM at the stop, the grace window, then SIGKILL; the output is kept.
 - ``mutating`` and ``extension`` (tools of other toolsets, such as MCP servers): awaited. The
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import inspect
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
@@ -57,13 +59,14 @@ from turnwatch.integrations.calls import (
     STOPPED,
     CommandAbortedError,
     CommandResult,
+    Local,
     ToolClassError,
     class_of,
     dispatcher,
     run_command,
 )
 from turnwatch.runtime.gate import Answer
-from turnwatch.runtime.model import Outcome, Phase, ToolClass
+from turnwatch.runtime.model import Outcome, Phase, ToolClass, ToolResult
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 
@@ -127,27 +130,51 @@ class _Wrap(AbstractCapability[Any]):
         args: Any,
         handler: Any,
     ) -> Any:
-        owner, session = self.owner, self.turn.session.id
-        slot = owner.dispatch.slot(session, call.tool_call_id)
-        slot.handler.set_result((handler, args, contextvars.copy_context()))
-        try:
-            handle = slot.handle or self.turn.request(
+        owner, turn = self.owner, self.turn
+        session, call_id = turn.session.id, call.tool_call_id
+        cls = owner.class_of(tool_def)
+        slot = owner.dispatch.slots.get((session, call_id))  # an approval asked for it
+        if slot is None and cls is not ToolClass.PROCESS:
+            # The handler is the call's execution, run here, no host round trip: a read-only
+            # one in this task, the others in a task the framework's cancel cannot reach.
+            local = Local(functools.partial(handler, args))
+            result = await turn.run_call(
                 tool_def.name,
+                local,
                 args if isinstance(args, dict) else {},
-                call_id=call.tool_call_id,
-                tool_class=owner.class_of(tool_def).value,
+                call_id=call_id,
+                tool_class=cls.value,
             )
-            result = await handle.result()
-        finally:
-            owner.dispatch.slots.pop((session, call.tool_call_id), None)
+            value, error = local.value, local.error
+        else:
+            value, error, result = await self._dispatched(tool_def, call_id, cls, args, handler)
         if result.outcome is Outcome.COMPLETED:
-            return slot.value
-        if slot.error is not None:
-            raise slot.error
+            return value
+        if error is not None:
+            raise error
         # Refused, discarded or aborted: the run is stopping. Let the framework end it its way.
         ctx.cancel()
         await asyncio.sleep(0)
-        raise RunCancelled(f"tool call {call.tool_call_id} was {result.outcome}")
+        raise RunCancelled(f"tool call {call_id} was {result.outcome}")
+
+    async def _dispatched(
+        self, tool_def: ToolDefinition, call_id: str, cls: ToolClass, args: Any, handler: Any
+    ) -> tuple[Any, BaseException | None, ToolResult]:
+        """A process call (or one an approval asked for) through the host's dispatcher."""
+        dispatch, turn = self.owner.dispatch, self.turn
+        slot = dispatch.slot(turn.session.id, call_id)
+        slot.handler.set_result((handler, args, contextvars.copy_context()))
+        try:
+            handle = slot.handle or turn.request(
+                tool_def.name,
+                args if isinstance(args, dict) else {},
+                call_id=call_id,
+                tool_class=cls.value,
+            )
+            result = await handle.result()
+        finally:
+            dispatch.slots.pop((turn.session.id, call_id), None)
+        return slot.value, slot.error, result
 
 
 class StoppableAgent(Generic[Deps, Out]):
