@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import random
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -35,3 +37,37 @@ def table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+async def per_call(
+    variants: Mapping[str, Callable[[str], Awaitable[object]]],
+    *,
+    calls: int,
+    rounds: int,
+    warm: int = 2,
+) -> dict[str, float]:
+    """Median seconds per call of each variant, whose run makes ``calls`` calls.
+
+    Every round runs each variant once, in a shuffled order (fixed seed): drift and the order
+    of runs fall on all alike. The first ``warm`` rounds warm caches and are not counted.
+    """
+    rng = random.Random(1)
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(rounds + warm):
+        order = list(variants)
+        rng.shuffle(order)
+        for name in order:
+            t0 = time.perf_counter()
+            await variants[name](f"{name}-{i}")
+            if i >= warm:
+                seconds[name].append((time.perf_counter() - t0) / calls)
+    return {name: median(s) for name, s in seconds.items()}
+
+
+def per_call_rows(seconds: dict[str, float]) -> list[list[str]]:
+    """Each variant's time per call and what it adds to the native run's."""
+    native = seconds["native"]
+    return [
+        [name, fmt_s(s), "-" if name == "native" else f"{(s - native) * 1e6:+.0f} µs"]
+        for name, s in seconds.items()
+    ]

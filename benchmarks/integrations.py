@@ -1,8 +1,11 @@
 """pydantic-ai, native against wrapped (StoppableAgent), side by side in one run.
 
-Per tool call: a run whose model asks for 50 no-op tool calls at once, native and wrapped
-(no sink: an unobserved runtime records nothing), interleaved; the difference per call is what
-the wrapper costs. Stop → settle: the click to the run's end (native: the token's cancel to
+Per tool call: a run whose model asks for 50 no-op tool calls at once, native and wrapped per
+class (no sink: an unobserved runtime records nothing), interleaved; the difference per call is
+what the wrapper costs. Beside them, the native run with a capability that does nothing: what
+pydantic-ai's dispatch costs any capability, the wrapper's included.
+
+Stop → settle: the click to the run's end (native: the token's cancel to
 ``RunCancelled``; wrapped: ``rt.abort()`` returning), for a read-only tool blocked forever and
 a process tool running ``sleep 60``. Native "settles" without ending the process; the table says
 so.
@@ -12,19 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic_ai import Agent, CancellationToken
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from benchmarks import common
 from benchmarks.common import fmt_s, median, table
 from turnwatch.integrations.pydantic_ai import StoppableAgent, run_command
 from turnwatch.runtime import LocalHost, Runtime
+from turnwatch.runtime.runtime import DEFAULT_MAX_RUNNING
 
 CALLS = 50
 ROUNDS = 40
@@ -42,25 +49,39 @@ def _model(tool: str, n: int, args: dict[str, Any] | None = None) -> FunctionMod
     return FunctionModel(model)
 
 
-async def per_call() -> tuple[float, float]:
+@dataclasses.dataclass
+class _Empty(AbstractCapability[Any]):
+    """A capability that does nothing: what pydantic-ai costs any capability, per call."""
+
+
+async def per_call() -> dict[str, float]:
+    """Seconds per call: native, native with an empty capability, and wrapped per class."""
     agent = Agent(_model("noop", CALLS))
 
-    @agent.tool_plain(metadata={"turnwatch_class": "read_only"})
+    @agent.tool_plain
     async def noop() -> str:
         return ""
 
-    wrapped = StoppableAgent(agent, Runtime(LocalHost()))
-    native_s: list[float] = []
-    wrapped_s: list[float] = []
-    for i in range(ROUNDS):
-        t0 = time.perf_counter()
-        await agent.run("go")
-        t1 = time.perf_counter()
-        await wrapped.run("go", session=f"b{i}")
-        t2 = time.perf_counter()
-        native_s.append((t1 - t0) / CALLS)
-        wrapped_s.append((t2 - t1) / CALLS)
-    return median(native_s[2:]), median(wrapped_s[2:])  # the first rounds warm caches
+    def wrapped(cls: str, max_running: int = CALLS) -> Callable[[str], Awaitable[object]]:
+        # Every call of the run admitted at once, as natively (the default limit is a row).
+        stoppable = StoppableAgent(
+            agent, Runtime(LocalHost(), max_running=max_running), default_class=cls
+        )
+        return lambda session: stoppable.run("go", session=session)
+
+    return await common.per_call(
+        {
+            "native": lambda _s: agent.run("go"),
+            "native + an empty capability": lambda _s: agent.run("go", capabilities=[_Empty()]),
+            "wrapped, read_only": wrapped("read_only"),
+            "wrapped, mutating": wrapped("mutating"),
+            "wrapped, read_only, admission limit 8 (the default)": wrapped(
+                "read_only", DEFAULT_MAX_RUNNING
+            ),
+        },
+        calls=CALLS,
+        rounds=ROUNDS,
+    )
 
 
 async def _stop_native(agent: Agent[Any, str]) -> float:
@@ -139,20 +160,15 @@ def _kill(pid: int) -> None:
 
 
 async def main() -> str:
-    native, wrapped = await per_call()
-    overhead = wrapped - native
+    rows = common.per_call_rows(await per_call())
     out = [
         "## pydantic-ai: native and wrapped\n",
-        f"Per tool call ({CALLS} no-op calls per run, median of {ROUNDS} interleaved runs, "
-        "no sink):\n",
-        table(
-            ["", "per call"],
-            [
-                ["native pydantic-ai", fmt_s(native)],
-                ["StoppableAgent", fmt_s(wrapped)],
-                ["the wrapper adds", f"{fmt_s(overhead)} ({wrapped / native:.2f}×)"],
-            ],
-        ),
+        f"Per tool call ({CALLS} no-op calls per run, median of {ROUNDS} runs of each, "
+        "shuffled in each round; no sink):\n",
+        table(["", "per call", "over native"], rows),
+        "",
+        "Any capability costs pydantic-ai's own dispatch per call (each hook copies the run "
+        "context for each capability): the empty one's row. The wrapper's is one.",
         "",
         f"Stop → settle (click to the run's end, median of {STOPS}):\n",
         table(

@@ -139,7 +139,7 @@ class StoppableRunner:
         """``tool``'s invoker: :meth:`_invoke` bound to it, its signature given as objects. The
         SDK reads an invoker's signature on every call to choose the context it passes, and
         string annotations (PEP 563, this module's and its own) it parses with ``ast``: about
-        90 µs a call on this VM (``make bench``, the SDK section)."""
+        100 µs a call on this VM (``make bench``, the SDK section)."""
         invoke = functools.partial(self._invoke, tool)
         invoke.__signature__ = _INVOKER_SIGNATURE  # type: ignore[attr-defined]
         return invoke
