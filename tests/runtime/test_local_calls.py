@@ -198,3 +198,19 @@ async def test_a_process_call_is_never_run_by_its_requester(rt: Runtime) -> None
         turn.request("Bash", {}, tool_class="process", run=run)
     with pytest.raises(ValueError, match="runs on the host"):
         await turn.run_call("Bash", run, tool_class="process")
+
+
+async def test_a_read_only_tool_that_raises_in_place_fails_its_call_with_the_reason(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    turn = rt.start_turn("s")
+
+    async def broken() -> HostResult:
+        raise OSError("the index is gone")
+
+    result = await turn.run_call("Grep", broken, tool_class="read_only")
+    assert result.outcome is Outcome.FAILED
+    assert result.error is not None
+    assert "the index is gone" in result.error
+    assert (await turn.finish()).value == "completed"
+    assert check_invariants(sink.events) == []

@@ -278,8 +278,9 @@ class Call:
             self.finish(Outcome.FAILED, error=repr(exc))
 
     def _raised(self, exc: BaseException) -> None:
-        """The host raised instead of answering: a host bug, said where it can be seen."""
-        _log.error("call %s: the host raised", self.call_id, exc_info=exc)
+        """The execution raised instead of answering (a host bug, or a requester's ``run``), said
+        where it can be seen."""
+        _log.error("call %s: its execution raised instead of answering", self.call_id, exc_info=exc)
         self.finish(Outcome.FAILED, error=repr(exc))
 
     def finish_from_host(self, res: HostResult) -> None:
