@@ -1,0 +1,48 @@
+"""The daemon executor both wrappers run sync tools in: reused threads, never a held exit."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from turnwatch.integrations.calls import DaemonExecutor
+
+
+def test_threads_are_daemons_and_are_reused() -> None:
+    pool = DaemonExecutor()
+    threads = [pool.submit(threading.current_thread).result(timeout=5) for _ in range(20)]
+    assert all(t.daemon for t in threads)
+    assert all(t is threads[0] for t in threads)  # one after another: the same idle thread
+
+
+def test_a_job_blocked_for_good_never_delays_the_next() -> None:
+    pool = DaemonExecutor()
+    hung = threading.Event()
+    blocked = pool.submit(hung.wait)  # an abandoned sync tool, blocked on a hung mount
+    worker = pool.submit(threading.current_thread).result(timeout=5)
+    assert not blocked.done()
+    assert worker.daemon
+    hung.set()
+    assert blocked.result(timeout=5) is True
+
+
+def test_an_exception_is_the_future_s_and_the_thread_goes_on() -> None:
+    pool = DaemonExecutor()
+
+    def fail() -> None:
+        raise OSError("gone")
+
+    failed = pool.submit(fail)
+    assert isinstance(failed.exception(timeout=5), OSError)
+    assert pool.submit(lambda: 42).result(timeout=5) == 42
+
+
+def test_idle_threads_end_and_new_jobs_still_run() -> None:
+    pool = DaemonExecutor(idle_s=0.05)
+    first = pool.submit(threading.current_thread).result(timeout=5)
+    deadline = time.monotonic() + 5
+    while first.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not first.is_alive()
+    assert pool.submit(lambda: "again").result(timeout=5) == "again"
+    pool.shutdown(wait=True)  # waits for nothing
