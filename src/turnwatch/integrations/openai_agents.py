@@ -205,7 +205,7 @@ class StoppableRunner:
             # one in this task, the others in a task the SDK's cancel cannot reach.
             local = Local(functools.partial(tool.on_invoke_tool, ctx, input_json))
             result = await turn.run_call(
-                tool.name, local, _args(input_json), call_id=call_id, tool_class=cls.value
+                tool.name, local, _args(input_json), call_id=call_id, tool_class=cls
             )
             value, error = local.value, local.error
         else:

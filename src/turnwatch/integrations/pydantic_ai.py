@@ -143,7 +143,7 @@ class _Wrap(AbstractCapability[Any]):
                 local,
                 args if isinstance(args, dict) else {},
                 call_id=call_id,
-                tool_class=cls.value,
+                tool_class=cls,
             )
             value, error = local.value, local.error
         else:

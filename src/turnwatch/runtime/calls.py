@@ -186,6 +186,8 @@ class Call:
         """A ``Started`` or ``Progress`` from the host."""
         if isinstance(message, Started):
             self.pid, self.containment = message.pid, message.containment
+            if self.env.sink is None:  # no sink: not even the attributes are built
+                return
             attrs: dict[str, Any] = {names.K_CLASS: self.class_name}
             if message.pid is not None:
                 attrs.update(pid=message.pid, create_time=message.create_time)
