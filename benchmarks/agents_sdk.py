@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
-import inspect
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -23,7 +21,6 @@ from typing import Any
 
 from agents import Agent, FunctionTool, Runner, function_tool, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
-from agents.tool_context import ToolContext
 
 from benchmarks import common
 from benchmarks.common import fmt_s, median, table
@@ -33,6 +30,7 @@ from turnwatch.integrations.openai_agents import (
     StoppableRunner,
     run_command,
     tool_class,
+    typed_invoker,
 )
 from turnwatch.runtime import LocalHost, Runtime
 
@@ -83,16 +81,8 @@ async def per_call() -> dict[str, float]:
 
 
 def signed_invoker(tool: FunctionTool) -> FunctionTool:
-    """``tool`` with the same invoker, its signature stated as objects (as the wrapper's is):
-    the SDK reads an invoker's signature on every call and parses string annotations."""
-    invoke = functools.partial(tool.on_invoke_tool)
-    invoke.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [
-            inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=a)
-            for n, a in (("ctx", ToolContext), ("input", str))
-        ]
-    )
-    return dataclasses.replace(tool, on_invoke_tool=invoke)
+    """``tool`` with the same invoker, its signature stated as objects, as the wrapper's is."""
+    return dataclasses.replace(tool, on_invoke_tool=typed_invoker(tool.on_invoke_tool))
 
 
 async def stops() -> list[list[object]]:

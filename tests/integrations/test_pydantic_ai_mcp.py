@@ -29,22 +29,28 @@ from turnwatch.runtime import MemorySink, Receipt, Runtime
 DEPLOY_S = 1.5
 
 
-def deploying_agent(log: Path) -> Agent[None, str]:
-    """An agent whose model calls the server's ``deploy`` once (it takes DEPLOY_S)."""
+def deploying_agent(log: Path, under_way: asyncio.Event | None = None) -> Agent[None, str]:
+    """An agent whose model calls the server's ``deploy`` once (it takes DEPLOY_S); ``under_way``
+    is set when the deploy reports its first step."""
     server = StdioTransport(
         command=sys.executable, args=["-m", "turnwatch.testing_mcp", "--log", str(log)]
     )
+
+    async def reported(progress: float, total: float | None, message: str | None) -> None:
+        if under_way is not None:
+            under_way.set()
+
     model = FunctionModel(calls(ToolCallPart("deploy", {"seconds": DEPLOY_S}, "d1")))
-    return Agent(model, toolsets=[MCPToolset(server)])
+    return Agent(model, toolsets=[MCPToolset(server, progress_handler=reported)])
 
 
 async def test_native_a_stop_returns_while_the_mcp_call_runs_on(tmp_path: Path) -> None:
-    log = tmp_path / "cancels.log"
-    agent = deploying_agent(log)
+    log, under_way = tmp_path / "cancels.log", asyncio.Event()
+    agent = deploying_agent(log, under_way)
     async with agent:  # the server runs for the test, not only for the run
         token = CancellationToken()
         run = asyncio.ensure_future(agent.run("go", cancellation_token=token))
-        await asyncio.sleep(0.5)  # the deploy is under way (it takes DEPLOY_S)
+        await asyncio.wait_for(under_way.wait(), 10)  # the deploy (DEPLOY_S) has begun
         t0 = time.monotonic()
         token.cancel()
         with pytest.raises(RunCancelled):

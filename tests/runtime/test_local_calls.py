@@ -68,10 +68,10 @@ async def test_a_read_only_tool_that_swallows_the_cancel_runs_on_but_the_turn_se
     rt: Runtime, sink: MemorySink
 ) -> None:
     turn = rt.start_turn("s")
-    release = asyncio.Event()
-    late = asyncio.Event()
+    started, release, late = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     async def stubborn() -> HostResult:
+        started.set()
         while True:
             try:
                 await release.wait()
@@ -82,7 +82,7 @@ async def test_a_read_only_tool_that_swallows_the_cancel_runs_on_but_the_turn_se
         return OK
 
     caller = asyncio.ensure_future(turn.run_call("Grep", stubborn, tool_class="read_only"))
-    await asyncio.sleep(0)
+    await started.wait()
     await rt.abort("s")  # returns although the tool runs on: a read-only call is raced
     assert turn.settled.done()
     assert not late.is_set()

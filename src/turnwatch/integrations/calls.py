@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import dataclasses
+import functools
 import queue
 import threading
 import weakref
@@ -20,8 +21,9 @@ from typing import Any, NamedTuple
 
 from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.host import LocalHost
-from turnwatch.runtime.model import ToolClass
+from turnwatch.runtime.model import ToolClass, ToolResult
 from turnwatch.runtime.protocol import HostResult, HostStatus, Started
+from turnwatch.runtime.session import Turn
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.runtime.tools.process import run_process
 
@@ -125,6 +127,38 @@ class Dispatcher:
         if key not in self.slots:
             self.slots[key] = Slot(asyncio.get_running_loop().create_future())
         return self.slots[key]
+
+    async def run(
+        self,
+        turn: Turn,
+        tool: str,
+        cls: ToolClass,
+        call_id: str,
+        args: Mapping[str, Any],
+        handler: Handler,
+        handler_args: Any,
+    ) -> tuple[Any, BaseException | None, ToolResult]:
+        """One framework tool call, ``handler(handler_args)``, as the turnwatch call ``call_id``
+        of ``turn``: what the handler returned, what it raised, and the call's result.
+
+        Run in place, no host round trip (``Turn.run_call``): a read-only call in this task,
+        the others in a task the framework's cancel cannot reach. A process call (its commands
+        need the call's ``ToolContext``) or one an approval asked for goes through the host,
+        to :meth:`execute`.
+        """
+        key = (turn.session.id, call_id)
+        if key not in self.slots and cls is not ToolClass.PROCESS:
+            local = Local(functools.partial(handler, handler_args))
+            result = await turn.run_call(tool, local, args, call_id=call_id, tool_class=cls)
+            return local.value, local.error, result
+        slot = self.slot(*key)
+        slot.handler.set_result((handler, handler_args, contextvars.copy_context()))
+        try:
+            handle = slot.handle or turn.request(tool, args, call_id=call_id, tool_class=cls)
+            result = await handle.result()
+        finally:
+            self.slots.pop(key, None)
+        return slot.value, slot.error, result
 
     async def execute(self, ctx: ToolContext) -> HostResult:
         req = ctx.request

@@ -59,14 +59,13 @@ from turnwatch.integrations.calls import (
     STOPPED,
     CommandAbortedError,
     CommandResult,
-    Local,
     ToolClassError,
     class_of,
     dispatcher,
     run_command,
 )
 from turnwatch.runtime.gate import Answer
-from turnwatch.runtime.model import Outcome, ToolClass, ToolResult
+from turnwatch.runtime.model import Outcome, ToolClass
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 
@@ -81,6 +80,7 @@ __all__ = [
     "ToolClassError",
     "run_command",
     "tool_class",
+    "typed_invoker",
 ]
 
 #: The turn a run's tool calls belong to: set around the run, copied into the SDK's run task.
@@ -93,6 +93,16 @@ _INVOKER_SIGNATURE = inspect.Signature(
         for name, annotation in (("ctx", ToolContext), ("input_json", str))
     ]
 )
+
+
+def typed_invoker(invoke: Any) -> Any:
+    """A tool invoker, its signature stated as objects. The SDK reads an invoker's signature on
+    every call to choose the context it passes, and string annotations (PEP 563: this module's,
+    and the SDK's own invokers') it parses with ``ast``: about 100 µs a call on this VM
+    (``make bench``, the SDK section)."""
+    typed = functools.partial(invoke)
+    typed.__signature__ = _INVOKER_SIGNATURE  # type: ignore[attr-defined]
+    return typed
 
 
 class RunStopped(Exception):
@@ -136,13 +146,8 @@ class StoppableRunner:
         FunctionSpans.install()
 
     def _invoker(self, tool: FunctionTool) -> Any:
-        """``tool``'s invoker: :meth:`_invoke` bound to it, its signature given as objects. The
-        SDK reads an invoker's signature on every call to choose the context it passes, and
-        string annotations (PEP 563, this module's and its own) it parses with ``ast``: about
-        100 µs a call on this VM (``make bench``, the SDK section)."""
-        invoke = functools.partial(self._invoke, tool)
-        invoke.__signature__ = _INVOKER_SIGNATURE  # type: ignore[attr-defined]
-        return invoke
+        """``tool``'s invoker: :meth:`_invoke` bound to it (see :func:`typed_invoker`)."""
+        return typed_invoker(functools.partial(self._invoke, tool))
 
     async def run(
         self, input: str | list[Any] | RunState[Any], *, session: str, **kwargs: Any
@@ -197,53 +202,26 @@ class StoppableRunner:
         turn = _TURN.get()
         if turn is None:  # the wrapped agent run some other way: the SDK's behaviour
             return await tool.on_invoke_tool(ctx, input_json)
-        session, call_id = turn.session.id, ctx.tool_call_id
-        cls = self.classes[tool.name]
-        slot = self.dispatch.slots.get((session, call_id))  # an approval asked for it
-        if slot is None and cls is not ToolClass.PROCESS:
-            # The invoker is the call's execution, run here, no host round trip: a read-only
-            # one in this task, the others in a task the SDK's cancel cannot reach.
-            local = Local(functools.partial(tool.on_invoke_tool, ctx, input_json))
-            result = await turn.run_call(
-                tool.name, local, _args(input_json), call_id=call_id, tool_class=cls
-            )
-            value, error = local.value, local.error
-        else:
-            value, error, result = await self._dispatched(turn, tool, ctx, input_json)
+        key = (turn.session.id, ctx.tool_call_id)
+
+        async def handler(_args: Any) -> Any:
+            slot = self.dispatch.slots.get(key)  # the host's dispatcher runs it: a process call
+            value = await tool.on_invoke_tool(ctx, input_json)
+            if slot is not None and slot.aborted is not None:
+                # The SDK turned run_command's CommandAbortedError into an error message for
+                # the model; the call was aborted, and its result is the ledger's.
+                raise CommandAbortedError(slot.aborted.error or "stopped")
+            return value
+
+        value, error, result = await self.dispatch.run(
+            turn, tool.name, self.classes[tool.name], key[1], _args(input_json), handler, None
+        )
         if result.outcome is Outcome.COMPLETED:
             return value
         if error is not None:
             raise error
         # Refused, discarded or aborted: the run is being cancelled; the model never sees this.
         return f"TOOL_ABORTED: {result.outcome}"
-
-    async def _dispatched(
-        self, turn: Turn, tool: FunctionTool, ctx: ToolContext[Any], input_json: str
-    ) -> tuple[Any, BaseException | None, ToolResult]:
-        """A process call (or one an approval asked for) through the host's dispatcher."""
-        session, call_id = turn.session.id, ctx.tool_call_id
-        slot = self.dispatch.slot(session, call_id)
-
-        async def handler(_args: Any) -> Any:
-            value = await tool.on_invoke_tool(ctx, input_json)
-            if slot.aborted is not None:
-                # The SDK turned run_command's CommandAbortedError into an error message for
-                # the model; the call was aborted, and its result is the ledger's.
-                raise CommandAbortedError(slot.aborted.error or "stopped")
-            return value
-
-        slot.handler.set_result((handler, None, contextvars.copy_context()))
-        try:
-            handle = slot.handle or turn.request(
-                tool.name,
-                _args(input_json),
-                call_id=call_id,
-                tool_class=self.classes[tool.name].value,
-            )
-            result = await handle.result()
-        finally:
-            self.dispatch.slots.pop((session, call_id), None)
-        return slot.value, slot.error, result
 
     def _ask(self, turn: Turn, items: Sequence[ToolApprovalItem]) -> None:
         """Each approval the run waits for, a permission prompt on the turn."""

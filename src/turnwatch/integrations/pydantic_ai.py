@@ -30,9 +30,7 @@ refused, the run gets ``ToolDenied``, and the ledger records ``permission.late``
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
-import functools
 import inspect
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
@@ -59,14 +57,13 @@ from turnwatch.integrations.calls import (
     STOPPED,
     CommandAbortedError,
     CommandResult,
-    Local,
     ToolClassError,
     class_of,
     dispatcher,
     run_command,
 )
 from turnwatch.runtime.gate import Answer
-from turnwatch.runtime.model import Outcome, Phase, ToolClass, ToolResult
+from turnwatch.runtime.model import Outcome, Phase, ToolClass
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 
@@ -130,24 +127,16 @@ class _Wrap(AbstractCapability[Any]):
         args: Any,
         handler: Any,
     ) -> Any:
-        owner, turn = self.owner, self.turn
-        session, call_id = turn.session.id, call.tool_call_id
-        cls = owner.class_of(tool_def)
-        slot = owner.dispatch.slots.get((session, call_id))  # an approval asked for it
-        if slot is None and cls is not ToolClass.PROCESS:
-            # The handler is the call's execution, run here, no host round trip: a read-only
-            # one in this task, the others in a task the framework's cancel cannot reach.
-            local = Local(functools.partial(handler, args))
-            result = await turn.run_call(
-                tool_def.name,
-                local,
-                args if isinstance(args, dict) else {},
-                call_id=call_id,
-                tool_class=cls,
-            )
-            value, error = local.value, local.error
-        else:
-            value, error, result = await self._dispatched(tool_def, call_id, cls, args, handler)
+        owner, call_id = self.owner, call.tool_call_id
+        value, error, result = await owner.dispatch.run(
+            self.turn,
+            tool_def.name,
+            owner.class_of(tool_def),
+            call_id,
+            args if isinstance(args, dict) else {},
+            handler,
+            args,
+        )
         if result.outcome is Outcome.COMPLETED:
             return value
         if error is not None:
@@ -156,25 +145,6 @@ class _Wrap(AbstractCapability[Any]):
         ctx.cancel()
         await asyncio.sleep(0)
         raise RunCancelled(f"tool call {call_id} was {result.outcome}")
-
-    async def _dispatched(
-        self, tool_def: ToolDefinition, call_id: str, cls: ToolClass, args: Any, handler: Any
-    ) -> tuple[Any, BaseException | None, ToolResult]:
-        """A process call (or one an approval asked for) through the host's dispatcher."""
-        dispatch, turn = self.owner.dispatch, self.turn
-        slot = dispatch.slot(turn.session.id, call_id)
-        slot.handler.set_result((handler, args, contextvars.copy_context()))
-        try:
-            handle = slot.handle or turn.request(
-                tool_def.name,
-                args if isinstance(args, dict) else {},
-                call_id=call_id,
-                tool_class=cls.value,
-            )
-            result = await handle.result()
-        finally:
-            dispatch.slots.pop((turn.session.id, call_id), None)
-        return slot.value, slot.error, result
 
 
 class StoppableAgent(Generic[Deps, Out]):

@@ -1,15 +1,15 @@
-"""One tool call's state, and the stop handlers its policy selects.
+"""One tool call's state and its resolution (the stop handlers that resolve it: ``walk``).
 
 A call is resolved exactly once (:meth:`Call.finish`); everything after that — a late host result,
 late progress — is dropped or, where it means a side effect outlived the runtime's wait, recorded
-as such. The handlers here are the ones both the abort signal and ``abort()``'s walk run.
+as such. A call whose requester runs it in its own task (:meth:`Call.run_in_place`) is here too:
+its stop is the same race, its cancellation taken back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -21,7 +21,6 @@ from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.gate import Prompt
 from turnwatch.runtime.model import POLICY_OF, Outcome, Phase, Policy, ToolClass, ToolResult
 from turnwatch.runtime.protocol import (
-    AbortRequest,
     Host,
     HostMessage,
     HostResult,
@@ -313,57 +312,7 @@ class Call:
             outcome, output=output, error_code=code, data=res.data, error=res.error or None, **extra
         )
 
-    # --- the stop handlers (policy) ---
-
-    def close_before_start(self) -> None:
-        """A stop before the call started: it never starts, and its prompt can never be approved."""
-        if self.prompt is not None and self.prompt.close():
-            self.emit(names.PERMISSION_CANCELLED)
-        self.finish(Outcome.ABORTED, error_code=names.TOOL_ABORTED, before_start=True)
-
-    def send_abort(self, source: str) -> None:
-        """Send the typed ``tools.abort`` for this call to the host."""
-        self.abort_sent = True
-        if self.env.sink is not None:  # no sink: not even the attributes are built
-            self.emit(
-                names.TOOLS_ABORT_SENT,
-                policy=self.policy_name,
-                **{names.K_CLASS: self.class_name},
-                source=source,
-            )
-        if self.local is not None:
-            return  # its execution is ours: race() cancels it, await waits for it
-        self.env.host.abort(
-            AbortRequest(
-                self.session,
-                self.turn.id,
-                self.call_id,
-                self.tool,
-                source,
-                self.env.grace_s,
-                self.turn.traceparent,
-                # On real time only: a test's manual clock is not the host's unless it says so.
-                time.monotonic() + self.env.grace_s if self.env.clock is REAL else None,
-            )
-        )
-
-    def race(self) -> None:
-        """``race``: the wait ends now; the host discards the result."""
-        self.abandoned = True
-        self.finish(
-            Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, policy=Policy.RACE.value
-        )
-        # What the host does to a raced call's execution (cancels a read-only one; another
-        # class, raced only by a rejected mode, runs on): here the runtime is its host.
-        if self.in_place is not None:
-            self.race_cancelled = True
-            self.in_place.cancel()
-        elif (
-            self.local is not None
-            and self.exec_task is not None
-            and self.tool_class is ToolClass.READ_ONLY
-        ):
-            self.exec_task.cancel()
+    # --- run in its requester's task ---
 
     async def run_in_place(self, run: LocalRun) -> ToolResult:
         """Run this admitted ``read_only`` call in the caller's own task (``Turn.run_call``).
@@ -397,27 +346,6 @@ class Call:
             return False
         self.race_cancelled = False
         return task.uncancel() == 0
-
-    async def grace(self, window: float) -> None:
-        """``grace``: wait at most ``window`` for the host's collected output, then give up."""
-        assert self.exec_task is not None
-        if await self.env.clock.wait(self.exec_task, window):
-            self.host_answered(self.exec_task)
-            return
-        self.abandoned = True
-        self.emit(names.TOOL_GRACE_EXPIRED, grace_s=window)
-        self.finish(
-            Outcome.ABORTED,
-            error_code=names.TOOL_ABORTED,
-            policy=Policy.GRACE.value,
-            grace_expired=True,
-        )
-
-    async def await_result(self) -> None:
-        """``await``: the result arrives, however late; the turn waits for it."""
-        assert self.exec_task is not None
-        await asyncio.wait((self.exec_task,))
-        self.host_answered(self.exec_task)
 
 
 def _outcome_of(res: HostResult, stopped: bool) -> Outcome:

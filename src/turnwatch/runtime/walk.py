@@ -10,10 +10,13 @@ gives every started call the grace window.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from turnwatch import names
 from turnwatch.runtime.calls import Call
-from turnwatch.runtime.model import Mode, Outcome, Policy, StopSource
+from turnwatch.runtime.clock import REAL
+from turnwatch.runtime.model import Mode, Outcome, Policy, StopSource, ToolClass
+from turnwatch.runtime.protocol import AbortRequest
 from turnwatch.runtime.session import Turn
 
 #: The tools whose abort listener was live before the ADR (``legacy`` mode).
@@ -32,18 +35,18 @@ def handle(call: Call, src: StopSource, mode: Mode, grace_s: float) -> None:
             call.abandoned = True
             call.finish(Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED)
         else:
-            call.close_before_start()
+            close_before_start(call)
         return
-    call.send_abort(src.value)
+    send_abort(call, src.value)
     policy = Policy.RACE if mode is Mode.ABANDON_ALL else call.policy
     if policy is Policy.RACE and mode is not Mode.GRACE_ONLY:
-        call.race()
+        race(call)
         return
     loop = asyncio.get_running_loop()
     if policy is Policy.GRACE or mode is Mode.GRACE_ONLY:
-        call.handler = loop.create_task(call.grace(grace_s), name=f"grace {call.call_id}")
+        call.handler = loop.create_task(grace(call, grace_s), name=f"grace {call.call_id}")
     else:
-        call.handler = loop.create_task(call.await_result(), name=f"await {call.call_id}")
+        call.handler = loop.create_task(await_result(call), name=f"await {call.call_id}")
 
 
 def signal_legacy(turn: Turn, src: StopSource, grace_s: float) -> None:
@@ -51,3 +54,82 @@ def signal_legacy(turn: Turn, src: StopSource, grace_s: float) -> None:
     for call in list(turn.calls.values()):
         if call.tool in LEGACY_LISTENERS and not call.result.done():
             handle(call, src, Mode.LEGACY, grace_s)
+
+
+# --- the handlers each policy selects ---
+
+
+def close_before_start(call: Call) -> None:
+    """A stop before the call started: it never starts, and its prompt can never be approved."""
+    if call.prompt is not None and call.prompt.close():
+        call.emit(names.PERMISSION_CANCELLED)
+    call.finish(Outcome.ABORTED, error_code=names.TOOL_ABORTED, before_start=True)
+
+
+def send_abort(call: Call, source: str) -> None:
+    """Send the typed ``tools.abort`` for this call to the host."""
+    call.abort_sent = True
+    if call.env.sink is not None:  # no sink: not even the attributes are built
+        call.emit(
+            names.TOOLS_ABORT_SENT,
+            policy=call.policy_name,
+            **{names.K_CLASS: call.class_name},
+            source=source,
+        )
+    if call.local is not None:
+        return  # its execution is ours: race() cancels it, await waits for it
+    call.env.host.abort(
+        AbortRequest(
+            call.session,
+            call.turn.id,
+            call.call_id,
+            call.tool,
+            source,
+            call.env.grace_s,
+            call.turn.traceparent,
+            # On real time only: a test's manual clock is not the host's unless it says so.
+            time.monotonic() + call.env.grace_s if call.env.clock is REAL else None,
+        )
+    )
+
+
+def race(call: Call) -> None:
+    """``race``: the wait ends now; the host discards the result."""
+    call.abandoned = True
+    call.finish(
+        Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, policy=Policy.RACE.value
+    )
+    # What the host does to a raced call's execution (cancels a read-only one; another
+    # class, raced only by a rejected mode, runs on): here the runtime is its host.
+    if call.in_place is not None:
+        call.race_cancelled = True
+        call.in_place.cancel()
+    elif (
+        call.local is not None
+        and call.exec_task is not None
+        and call.tool_class is ToolClass.READ_ONLY
+    ):
+        call.exec_task.cancel()
+
+
+async def grace(call: Call, window: float) -> None:
+    """``grace``: wait at most ``window`` for the host's collected output, then give up."""
+    assert call.exec_task is not None
+    if await call.env.clock.wait(call.exec_task, window):
+        call.host_answered(call.exec_task)
+        return
+    call.abandoned = True
+    call.emit(names.TOOL_GRACE_EXPIRED, grace_s=window)
+    call.finish(
+        Outcome.ABORTED,
+        error_code=names.TOOL_ABORTED,
+        policy=Policy.GRACE.value,
+        grace_expired=True,
+    )
+
+
+async def await_result(call: Call) -> None:
+    """``await``: the result arrives, however late; the turn waits for it."""
+    assert call.exec_task is not None
+    await asyncio.wait((call.exec_task,))
+    call.host_answered(call.exec_task)
