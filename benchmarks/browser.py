@@ -19,12 +19,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tests.cli.browser import CHROMIUM, stop_in_browser
+
 from benchmarks.common import fmt_s, median, table
 from turnwatch import names
 from turnwatch.cli.webdemo import serve_live
 from turnwatch.cli.wiring import wire
 
-CHROMIUM = Path("/usr/lib/chromium/chromium")
 STOPS = 8
 GRACE_S = 1.0
 MODULE_CALLS = 2000
@@ -123,7 +124,7 @@ def main() -> str:
                 clicks: dict[str, list[float]] = {"web-grep": [], "web-bash": []}
                 for _ in range(STOPS):
                     for session, took in clicks.items():
-                        took.append(_click(page, session))
+                        took.append(float(stop_in_browser(page, session)["stopToIdle"]))
                 cost = page.evaluate(_MODULE_COST, MODULE_CALLS)
             finally:
                 browser.close()
@@ -161,23 +162,6 @@ def main() -> str:
             "",
         ]
     )
-
-
-def _click(page: Any, session: str) -> float:
-    page.wait_for_selector(
-        f'tr[data-session="{session}"][data-state="processing"] button.stop:not([disabled])',
-        timeout=60000,
-    )
-    page.click(f'button.stop[data-session="{session}"]')
-    page.wait_for_function(
-        "s => document.body.dataset.lastIdle && JSON.parse(document.body.dataset.lastIdle)"
-        ".session === s",
-        arg=session,
-        timeout=60000,
-    )
-    took = float(json.loads(page.evaluate("document.body.dataset.lastIdle"))["stopToIdle"])
-    page.evaluate("delete document.body.dataset.lastIdle")
-    return took
 
 
 if __name__ == "__main__":

@@ -97,3 +97,22 @@ def serving(tmp: Path, args: list[str], ledger: Path) -> Iterator[LiveDemo]:
                 proc.wait()
         demo.stderr.append(proc.stderr.read())
         proc.stderr.close()
+
+
+def stop_in_browser(page: Any, session: str) -> dict[str, Any]:
+    """Click the session's Stop once it is processing; return what the page measured (its last
+    idle, which is then cleared, so that the next stop of the same session waits for its own)."""
+    page.wait_for_selector(
+        f'tr[data-session="{session}"][data-state="processing"] button.stop:not([disabled])',
+        timeout=60000,
+    )
+    page.click(f'button.stop[data-session="{session}"]')
+    page.wait_for_function(
+        "s => document.body.dataset.lastIdle && JSON.parse(document.body.dataset.lastIdle)"
+        ".session === s",
+        arg=session,
+        timeout=60000,
+    )
+    measured: dict[str, Any] = json.loads(page.evaluate("document.body.dataset.lastIdle"))
+    page.evaluate("delete document.body.dataset.lastIdle")
+    return measured

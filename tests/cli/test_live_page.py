@@ -9,7 +9,6 @@ the click's trace, under the click. A screenshot of the page after the stops is 
 
 from __future__ import annotations
 
-import json
 import signal
 import sqlite3
 import urllib.error
@@ -29,6 +28,7 @@ from tests.cli.browser import (
     live_demo,
     require_chromium,
     serving,
+    stop_in_browser,
 )
 from tests.conftest import Procs, wait_until
 from tests.watchdog.test_cross_process import spawn_runtime
@@ -80,20 +80,6 @@ def scrape(demo: LiveDemo) -> str:
         return str(r.read().decode())
 
 
-def _stop_in_browser(page: Any, session: str) -> dict[str, Any]:
-    """Click the session's Stop once it is processing; return what the page measured."""
-    page.wait_for_selector(f'tr[data-session="{session}"][data-state="processing"]', timeout=60000)
-    page.click(f'button.stop[data-session="{session}"]')
-    page.wait_for_function(
-        "s => document.body.dataset.lastIdle && JSON.parse(document.body.dataset.lastIdle)"
-        ".session === s",
-        arg=session,
-        timeout=60000,
-    )
-    measured: dict[str, Any] = json.loads(page.evaluate("document.body.dataset.lastIdle"))
-    return measured
-
-
 def test_stop_clicked_in_chromium_is_traced_from_the_click_to_idle(tmp_path: Path) -> None:
     require_chromium()
     from playwright.sync_api import sync_playwright
@@ -105,7 +91,7 @@ def test_stop_clicked_in_chromium_is_traced_from_the_click_to_idle(tmp_path: Pat
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto(demo.base + "/")
             for session in ("web-grep", "web-bash"):
-                measured[session] = _stop_in_browser(page, session)["stopToIdle"]
+                measured[session] = stop_in_browser(page, session)["stopToIdle"]
                 page.click(f'tr[data-session="{session}"]')  # its timeline, below the table
             page.wait_for_selector("#tl-steps li")
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -113,7 +99,7 @@ def test_stop_clicked_in_chromium_is_traced_from_the_click_to_idle(tmp_path: Pat
             # The legacy session pins until the watchdog beside it recovers it; its idle is
             # still queued when the page is left at once: sendBeacon carries it on unload.
             page.goto(demo.base + "/?flush_ms=600000")
-            legacy = _stop_in_browser(page, "web-legacy")["stopToIdle"]
+            legacy = stop_in_browser(page, "web-legacy")["stopToIdle"]
             assert page.evaluate("window.turnwatchStop.pending") == 1
             # A page of another origin cannot post events (its preflight is refused): nothing
             # stored. (localhost and 127.0.0.1 are two origins to a browser.)
@@ -242,7 +228,7 @@ def test_serve_stops_another_processs_runtime_from_the_page(tmp_path: Path, proc
                 assert "401" in page.inner_text("#error")
                 page.wait_for_selector(sel)  # the session is still running, Stop clickable
                 page.goto(srv.base + "/#token=s3cret")
-                took = _stop_in_browser(page, "far")["stopToIdle"]
+                took = stop_in_browser(page, "far")["stopToIdle"]
                 # The page batches its idle for 250 ms: wait for it before closing the browser.
                 wait_until(partial(browser_idle, srv, "far"), 30, "the browser's idle")
             finally:
