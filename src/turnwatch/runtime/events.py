@@ -6,13 +6,15 @@ callable; with no sink nothing is built at all, so an unobserved runtime pays no
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from turnwatch import names
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only in wait_for: the triage commands never import asyncio
 
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
 
@@ -98,6 +100,8 @@ class MemorySink:
     async def wait_for(self, kind: str, **match: Any) -> Event:
         """The first event of ``kind`` whose fields equal ``match``: one already seen, or the
         next to arrive (from the loop's thread). An await, not a poll."""
+        import asyncio
+
         seen = self.of(kind, **match)
         if seen:
             return seen[0]

@@ -14,8 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
-import psutil
-
 #: Start times are compared to this tolerance (they are derived from clock ticks).
 START_TIME_TOLERANCE_S = 0.05
 
@@ -35,6 +33,15 @@ class Proc:
 
 @cache
 def _boot_time() -> float:
+    # The line psutil.boot_time() reads on Linux, read here so that the triage commands, which
+    # only ever read /proc, do not import psutil (~20 ms of their start-up): start times computed
+    # here and by psutil agree exactly.
+    with contextlib.suppress(OSError), open("/proc/stat", "rb") as fh:
+        for line in fh:
+            if line.startswith(b"btime "):
+                return float(line.split()[1])
+    import psutil
+
     return float(psutil.boot_time())
 
 
@@ -87,6 +94,8 @@ class ProcessTable:
                 if p is not None:
                     procs[pid] = p
             return cls(procs)
+        import psutil  # no /proc here (not Linux)
+
         for ps in psutil.process_iter(["pid", "ppid", "create_time", "uids", "status"]):
             info = ps.info
             if pids is not None and info["pid"] not in pids:
@@ -164,6 +173,8 @@ def ancestors(pid: int | None = None) -> set[int]:
         if p is not None:
             cur = p.ppid
             continue
+        import psutil  # no /proc entry: not Linux
+
         try:
             cur = psutil.Process(cur).ppid()
         except psutil.Error:
