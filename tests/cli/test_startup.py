@@ -65,3 +65,19 @@ def test_triage_commands_import_nothing_they_do_not_use(
     assert "turnwatch.tracing.view" in mods  # it did read the ledger
     heavy = sorted(m for m in mods if m.startswith(HEAVY))
     assert heavy == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["watch", "--once", "--no-recover"], ["recover", "pinned", "--dry-run"]],
+    ids=" ".join,
+)
+def test_one_scan_serves_no_metrics_and_reads_no_agent_logs(
+    tmp_path: Path, ledger: Path, argv: list[str]
+) -> None:
+    """Without --agents and outside the loop, neither the metrics server nor the agent CLIs'
+    readers are wanted (~45 ms of imports)."""
+    mods = imported(tmp_path, *argv, "--ledger", str(ledger))
+    assert "turnwatch.watchdog.scan" in mods  # it did scan
+    unwanted = ("prometheus_client", "turnwatch.integrations.agentlogs", "turnwatch.exporters.http")
+    assert sorted(m for m in mods if m.startswith(unwanted)) == []

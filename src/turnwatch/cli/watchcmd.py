@@ -7,12 +7,8 @@ import signal
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry
-
-from turnwatch.cli import agentscmd
-from turnwatch.cli.follow import build
-from turnwatch.exporters import http
 from turnwatch.exporters.otel import tracer_provider
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.pipeline import Telemetry
@@ -20,6 +16,12 @@ from turnwatch.tracing.spans import SpanBuilder
 from turnwatch.watchdog.loop import Cycle, Watchdog
 from turnwatch.watchdog.report import ChangeLog
 from turnwatch.watchdog.scan import Config
+
+if TYPE_CHECKING:
+    from turnwatch.cli import agentscmd
+
+# The metrics server (prometheus_client, http.server) and the agent CLIs' readers are imported
+# where they are used: `recover` and `watch --once` start without them (~45 ms, `make bench`).
 
 
 def make_watchdog(
@@ -46,6 +48,8 @@ def make_watchdog(
     flush: Callable[[], object] = ledger.flush
     also = None
     if agents is not None:
+        from turnwatch.cli import agentscmd
+
         watch = agentscmd.AgentWatch(ledger, agents.roots, keep_args=agents.keep_args, say=say)
         stop_following = agents.start(watch)
         also = watch.attributor.findings
@@ -151,6 +155,11 @@ def loop(
     agents: Agents | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM, serving the metrics (rebuilt from the ledger) if asked."""
+    from prometheus_client import CollectorRegistry
+
+    from turnwatch.cli.follow import build
+    from turnwatch.exporters import http
+
     registry = CollectorRegistry()
     follower, metrics = build(path, registry)
     server = None
