@@ -76,7 +76,7 @@ def test_one_scan_serves_no_metrics_and_reads_no_agent_logs(
     tmp_path: Path, ledger: Path, argv: list[str]
 ) -> None:
     """Without --agents and outside the loop, neither the metrics server nor the agent CLIs'
-    readers are wanted (~45 ms of imports)."""
+    readers are wanted (~65 ms of imports)."""
     mods = imported(tmp_path, *argv, "--ledger", str(ledger))
     assert "turnwatch.watchdog.scan" in mods  # it did scan
     unwanted = ("prometheus_client", "turnwatch.integrations.agentlogs", "turnwatch.exporters.http")

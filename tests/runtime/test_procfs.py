@@ -18,7 +18,7 @@ def test_start_times_from_proc_are_psutils() -> None:
     try:
         seen = procfs.read(child.pid)
         assert seen is not None
-        assert seen.create_time == psutil.Process(child.pid).create_time()
+        assert procfs.same_start(seen.create_time, psutil.Process(child.pid).create_time())
         assert procfs.ProcessTable.scan({child.pid}).alive(child.pid, seen.create_time)
         assert not procfs.ProcessTable.scan({child.pid}).alive(child.pid, seen.create_time - 1)
     finally:

@@ -173,7 +173,7 @@ def ancestors(pid: int | None = None) -> set[int]:
         if p is not None:
             cur = p.ppid
             continue
-        import psutil  # no /proc entry: not Linux
+        import psutil  # no /proc entry to read (not Linux, or a hidden /proc): ask psutil
 
         try:
             cur = psutil.Process(cur).ppid()
