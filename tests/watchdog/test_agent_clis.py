@@ -37,6 +37,9 @@ def rows(ledger: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
         conn.close()
 
 
+OF_KIND = "SELECT 1 FROM events WHERE kind = ?"  # events of one kind
+
+
 def finding_kinds(ledger: Path) -> set[object]:
     """The kinds of the findings the watchdog recorded."""
     sql = "SELECT json_extract(attrs_json, '$.finding') FROM events WHERE kind = ?"
@@ -218,12 +221,10 @@ def test_a_headless_cli_stopped_what_lives_on_is_ended_and_nothing_else(
                 if stop == signal.SIGINT and cli != "claude":
                     wait_for(
                         "the interrupt read from the CLI's log",
-                        lambda: rows(
-                            ledger, "SELECT 1 FROM events WHERE kind = ?", names.STOP_CLICKED
-                        ),
+                        lambda: rows(ledger, OF_KIND, names.STOP_CLICKED),
                     )
                 ended(ledger, shell_pid)  # the watchdog saw it gone: nothing left to end
-                reaped = rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED)
+                reaped = rows(ledger, OF_KIND, names.PROCESS_REAPED)
                 assert reaped == []
             else:
                 # The field bug, reproduced: the CLI is gone, its command lives on…
@@ -236,7 +237,13 @@ def test_a_headless_cli_stopped_what_lives_on_is_ended_and_nothing_else(
                 )
                 kinds = finding_kinds(ledger)
                 assert kinds & {names.F_ORPHAN_TOOL_PROCESS, names.F_PINNED_SESSION}
-                assert rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED)
+                # The processes are gone a moment before the watchdog has seen them go (their
+                # pidfds) and written so (seen once in CI): wait for the record.
+                wait_for(
+                    "the watchdog's process.reaped recorded",
+                    lambda: rows(ledger, OF_KIND, names.PROCESS_REAPED),
+                    timeout=30,
+                )
             assert decoy.poll() is None  # nothing outside the CLI's tree is touched
         finally:
             for p in (proc, decoy):
@@ -272,12 +279,12 @@ def test_gemini_interactive_esc_kills_its_command_and_the_watchdog_touches_nothi
         )
         wait_for(
             "the cancel read from the log",
-            lambda: rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.STOP_CLICKED),
+            lambda: rows(ledger, OF_KIND, names.STOP_CLICKED),
         )
         ended(ledger, shell[0])  # the watchdog saw it gone: nothing left to end
         kinds = finding_kinds(ledger)
         assert not kinds & {names.F_ORPHAN_TOOL_PROCESS, names.F_ABORTED_WITH_LIVE_PROCESS}
-        assert rows(ledger, "SELECT 1 FROM events WHERE kind = ?", names.PROCESS_REAPED) == []
+        assert rows(ledger, OF_KIND, names.PROCESS_REAPED) == []
         assert psutil.pid_exists(cli)  # the CLI itself, untouched, waits for the next prompt
         assert decoy.poll() is None
     finally:
