@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 
+from tests.conftest import wait_until
 from turnwatch.integrations.calls import DaemonExecutor
 
 
@@ -46,3 +49,27 @@ def test_idle_threads_end_and_new_jobs_still_run() -> None:
     assert not first.is_alive()
     assert pool.submit(lambda: "again").result(timeout=5) == "again"
     pool.shutdown(wait=True)  # waits for nothing
+
+
+class _Held:
+    """Stands for a sync tool's arguments (a run context) and its result."""
+
+
+def _tool(context: _Held) -> _Held:
+    return _Held()
+
+
+def test_an_idle_thread_keeps_nothing_of_its_last_job() -> None:
+    pool = DaemonExecutor()
+    arg = _Held()
+    future = pool.submit(_tool, arg)
+    out = future.result(timeout=5)
+    arg_ref, out_ref = weakref.ref(arg), weakref.ref(out)
+    del arg, out, future
+
+    def let_go() -> bool:
+        gc.collect()
+        return arg_ref() is None and out_ref() is None
+
+    # The thread lets go once it is idle again, a moment after the result was handed over.
+    wait_until(let_go, timeout=5, what="the idle thread to let its last job go")

@@ -8,6 +8,8 @@ an integration's calls are: by the runtime's stop, by the caller's own cancellat
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -214,3 +216,50 @@ async def test_a_read_only_tool_that_raises_in_place_fails_its_call_with_the_rea
     assert "the index is gone" in result.error
     assert (await turn.finish()).value == "completed"
     assert check_invariants(sink.events) == []
+
+
+class _Held:
+    """Stands for what a framework's handler holds: its run context, the tool's return value."""
+
+
+@pytest.mark.parametrize("how", ["in place", "own task", "refused", "queued, then stopped"])
+async def test_a_settled_call_keeps_nothing_of_its_requesters_execution(how: str) -> None:
+    """The session keeps its calls for receipts and late answers, not their executions: a
+    handler holds the framework's whole run context, and every call would keep it forever."""
+    rt = Runtime(LocalHost(subreaper=False), max_running=1)
+    turn = rt.start_turn("s")
+    held = _Held()
+    gone = weakref.ref(held)
+    blocker = asyncio.Event()
+
+    def execution(obj: _Held) -> Callable[[], Awaitable[HostResult]]:
+        async def run() -> HostResult:
+            assert obj is not None
+            if how == "queued, then stopped":
+                await blocker.wait()
+            return OK
+
+        return run
+
+    if how == "refused":
+        await rt.abort("s")
+        result = await turn.run_call("Read", execution(held), call_id="c", tool_class="read_only")
+        assert result.outcome is Outcome.REFUSED
+    elif how == "queued, then stopped":
+        first = asyncio.ensure_future(turn.run_call("Read", execution(_Held()), call_id="b"))
+        queued = asyncio.ensure_future(
+            turn.run_call("Read", execution(held), call_id="c", tool_class="read_only")
+        )
+        await until(lambda: "b" in turn.calls and turn.calls["b"].phase.started, what="b")
+        await rt.abort("s")
+        assert (await queued).outcome is Outcome.ABORTED
+        await first
+    else:
+        cls = "read_only" if how == "in place" else "mutating"
+        result = await turn.run_call("Read", execution(held), call_id="c", tool_class=cls)
+        assert result.outcome is Outcome.COMPLETED
+    await turn.finish()
+    del held
+    gc.collect()
+    assert "c" in turn.calls  # the call is kept...
+    assert gone() is None  # ...its execution is not

@@ -281,6 +281,7 @@ class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
                     return  # idle too long: this thread's token taken back, it ends
                 continue  # a submit counted on an idle thread: its job is on the way
             job()
+            del job  # an idle thread must not keep its last job's arguments and result alive
             self._idle.release()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:

@@ -264,6 +264,7 @@ class Call:
     def host_answered(self, task: asyncio.Task[HostResult | None]) -> None:
         """The call's execution ended (a done callback): resolve the call from the host's answer
         (an execution that never started has none: the stop resolved the call)."""
+        self.forget_execution()  # over
         if task.cancelled():
             self.finish(Outcome.FAILED, error="the host's execution was cancelled")
         elif (exc := task.exception()) is not None:
@@ -338,7 +339,19 @@ class Call:
             self._answered(res)
         finally:
             self.in_place = None
+            self.forget_execution()  # over
         return self.result.result()
+
+    def forget_execution(self) -> None:
+        """The call's execution is over, or will never start: let it go.
+
+        A session keeps its calls (receipts, late answers), and an execution holds what its
+        call no longer needs: a framework's handler holds the framework's run context (its whole
+        message history) and the tool's return value, a finished task its context and result.
+        Kept here, every call would keep them for the session's life.
+        """
+        self.local = None
+        self.exec_task = None
 
     def _took_back(self, task: asyncio.Task[Any]) -> bool:
         """Take back the race's cancellation of ``task``: True if no other one is pending."""

@@ -195,6 +195,7 @@ class Turn:
                 reason="early_abort" if early else "after_stop",
             )
             call.finish(Outcome.REFUSED, error_code=names.TOOL_ABORTED)
+            call.forget_execution()  # it never starts
         else:
             if ask_permission:
                 self._open_prompt(call)
@@ -229,6 +230,9 @@ class Turn:
         except Exception as exc:  # a bug here must not leave the turn open forever
             call.finish(Outcome.FAILED, error=repr(exc))
             raise
+        finally:
+            if call.exec_task is None:  # not started, and now it never will be
+                call.forget_execution()
 
     def _start(self, call: Call) -> None:
         """An admitted call: its execution is scheduled, and starts unless a stop comes first."""

@@ -114,9 +114,10 @@ def race(call: Call) -> None:
 
 async def grace(call: Call, window: float) -> None:
     """``grace``: wait at most ``window`` for the host's collected output, then give up."""
-    assert call.exec_task is not None
-    if await call.env.clock.wait(call.exec_task, window):
-        call.host_answered(call.exec_task)
+    task = call.exec_task  # held here: the call lets go of it once it is done
+    assert task is not None
+    if await call.env.clock.wait(task, window):
+        call.host_answered(task)
         return
     call.abandoned = True
     call.emit(names.TOOL_GRACE_EXPIRED, grace_s=window)
@@ -130,6 +131,7 @@ async def grace(call: Call, window: float) -> None:
 
 async def await_result(call: Call) -> None:
     """``await``: the result arrives, however late; the turn waits for it."""
-    assert call.exec_task is not None
-    await asyncio.wait((call.exec_task,))
-    call.host_answered(call.exec_task)
+    task = call.exec_task  # held here: the call lets go of it once it is done
+    assert task is not None
+    await asyncio.wait((task,))
+    call.host_answered(task)

@@ -1,0 +1,92 @@
+"""A wrapped framework's runs leave nothing of theirs in the runtime.
+
+The runtime keeps every session's calls (receipts, late answers); each call's execution is the
+framework's handler, which holds the framework's run context (its whole message history) and the
+tool's return value. Kept with the call, a long-lived runtime would grow by a run's context per
+tool call, for good. Counted on real runs: the framework's contexts alive after two runs and
+after six are as many.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agents import Agent as SdkAgent
+from agents import RunContextWrapper, function_tool, set_tracing_disabled
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext
+
+from turnwatch.integrations.openai_agents import StoppableRunner, tool_class
+from turnwatch.integrations.pydantic_ai import StoppableAgent
+from turnwatch.runtime import LocalHost, Runtime
+
+CALLS = 5
+
+set_tracing_disabled(True)  # the SDK's own tracing would try to export to its platform
+
+
+def alive(kind: type) -> int:
+    gc.collect()
+    return sum(isinstance(o, kind) for o in gc.get_objects())
+
+
+async def grows(run: Callable[[int], Awaitable[Any]], kind: type) -> tuple[int, int]:
+    """The ``kind`` objects alive after two runs and after six."""
+    for i in range(2):
+        await run(i)
+    two = alive(kind)
+    for i in range(2, 6):
+        await run(i)
+    return two, alive(kind)
+
+
+def _asks(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if len(messages) == 1:
+        return ModelResponse(
+            parts=[  # read-only ones run in place, mutating ones in a task of the runtime's
+                ToolCallPart("read" if i % 2 else "write", {}, tool_call_id=f"c{i}")
+                for i in range(CALLS)
+            ]
+        )
+    return ModelResponse(parts=[TextPart("done")])
+
+
+async def test_pydantic_ai_runs_leave_no_run_context_behind() -> None:
+    agent = Agent(FunctionModel(_asks))
+
+    @agent.tool_plain(metadata={"turnwatch_class": "read_only"})
+    async def read() -> str:
+        return "text"
+
+    @agent.tool_plain(metadata={"turnwatch_class": "mutating"})
+    async def write() -> str:
+        return "written"
+
+    wrapped = StoppableAgent(agent, Runtime(LocalHost(subreaper=False)))
+    two, six = await grows(lambda i: wrapped.run("go", session=f"s{i}"), RunContext)
+    assert six == two  # not 4 runs x 5 calls more
+
+
+async def test_agents_sdk_runs_leave_no_run_context_behind() -> None:
+    @function_tool
+    async def read() -> str:
+        """Read."""
+        return "text"
+
+    tool = tool_class(read, "read_only")
+    runner_rt = Runtime(LocalHost(subreaper=False))
+
+    async def run(i: int) -> Any:
+        asks = [function_call("read", {}, call_id=f"c{n}") for n in range(CALLS)]
+        done = [assistant_message("done")]
+        model = ScriptedModel([ModelStep(output=asks), ModelStep(output=done)])
+        agent = SdkAgent(name="a", model=model, tools=[tool])
+        return await StoppableRunner(agent, runner_rt).run("go", session=f"s{i}")
+
+    two, six = await grows(run, RunContextWrapper)
+    assert six == two
