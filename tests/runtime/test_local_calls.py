@@ -263,3 +263,29 @@ async def test_a_settled_call_keeps_nothing_of_its_requesters_execution(how: str
     gc.collect()
     assert "c" in turn.calls  # the call is kept...
     assert gone() is None  # ...its execution is not
+
+
+@pytest.mark.parametrize("mode", ["adr", "grace_only"])  # the await handler; the grace one
+async def test_a_stop_that_meets_an_answer_just_given_takes_it_as_the_result(
+    sink: MemorySink, mode: str
+) -> None:
+    """The execution ends in the very step the stop arrives: its answer is handed over before
+    the stop's handler first runs, and the handler finds the call resolved."""
+    rt = Runtime(LocalHost(subreaper=False), sink=sink, mode=mode)
+    turn = rt.start_turn("s")
+    gate = asyncio.Event()
+
+    async def write() -> HostResult:
+        await gate.wait()
+        return OK
+
+    caller = asyncio.ensure_future(turn.run_call("Write", write, tool_class="mutating"))
+    await sink.wait_for(names.TOOL_STARTED)
+    gate.set()  # the write returns in the next step, the stop arrives just after, in the same
+    receipt = await asyncio.ensure_future(rt.abort("s"))
+    assert receipt.value == "accepted"
+    assert (await caller).outcome is Outcome.COMPLETED_AFTER_STOP
+    (call,) = turn.calls.values()
+    assert call.handler is not None  # the stop did meet the call running
+    await call.handler  # and its handler found it resolved, without failing
+    assert check_invariants(sink.events) == []

@@ -115,7 +115,8 @@ def race(call: Call) -> None:
 async def grace(call: Call, window: float) -> None:
     """``grace``: wait at most ``window`` for the host's collected output, then give up."""
     task = call.exec_task  # held here: the call lets go of it once it is done
-    assert task is not None
+    if task is None:  # it ended before this handler's first step: its answer resolved the call
+        return
     if await call.env.clock.wait(task, window):
         call.host_answered(task)
         return
@@ -132,6 +133,7 @@ async def grace(call: Call, window: float) -> None:
 async def await_result(call: Call) -> None:
     """``await``: the result arrives, however late; the turn waits for it."""
     task = call.exec_task  # held here: the call lets go of it once it is done
-    assert task is not None
+    if task is None:  # it ended before this handler's first step: its answer resolved the call
+        return
     await asyncio.wait((task,))
     call.host_answered(task)
