@@ -69,7 +69,7 @@ async def test_pydantic_ai_runs_leave_no_run_context_behind() -> None:
 
     wrapped = StoppableAgent(agent, Runtime(LocalHost(subreaper=False)))
     two, six = await grows(lambda i: wrapped.run("go", session=f"s{i}"), RunContext)
-    assert six == two  # not 4 runs x 5 calls more
+    assert six == two  # before: more with every run
 
 
 async def test_agents_sdk_runs_leave_no_run_context_behind() -> None:
