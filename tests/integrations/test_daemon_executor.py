@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 import weakref
 
 from tests.conftest import wait_until
@@ -43,10 +42,7 @@ def test_an_exception_is_the_future_s_and_the_thread_goes_on() -> None:
 def test_idle_threads_end_and_new_jobs_still_run() -> None:
     pool = DaemonExecutor(idle_s=0.05)
     first = pool.submit(threading.current_thread).result(timeout=5)
-    deadline = time.monotonic() + 5
-    while first.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not first.is_alive()
+    wait_until(lambda: not first.is_alive(), timeout=5, what="the idle thread to end")
     assert pool.submit(lambda: "again").result(timeout=5) == "again"
     pool.shutdown(wait=True)  # waits for nothing
 
