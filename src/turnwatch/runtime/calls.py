@@ -111,7 +111,7 @@ class Call:
         tool: str,
         tool_class: ToolClass,
         args: Mapping[str, Any],
-        local: LocalRun | None = None,
+        local: bool = False,
     ) -> None:
         self.env = env
         self.turn = turn
@@ -124,7 +124,9 @@ class Call:
         self.class_name: str = _NAME[tool_class]
         self.policy_name: str = _NAME[self.policy]
         self.args = args
-        # The execution its requester runs in this process, instead of the host's.
+        # Its execution is its requester's, run in this process, not the host's. (The run itself
+        # is held only by what starts it: a session keeps its calls, and a framework's handler
+        # holds the framework's whole run context.)
         self.local = local
         # Where the call is; moves forward only.
         self.phase = Phase.QUEUED
@@ -264,7 +266,9 @@ class Call:
     def host_answered(self, task: asyncio.Task[HostResult | None]) -> None:
         """The call's execution ended (a done callback): resolve the call from the host's answer
         (an execution that never started has none: the stop resolved the call)."""
-        self.forget_execution()  # over
+        # Over: a finished task holds its context (a framework's run context) and its result,
+        # and a session keeps its calls for their life.
+        self.exec_task = None
         if task.cancelled():
             self.finish(Outcome.FAILED, error="the host's execution was cancelled")
         elif (exc := task.exception()) is not None:
@@ -339,19 +343,7 @@ class Call:
             self._answered(res)
         finally:
             self.in_place = None
-            self.forget_execution()  # over
         return self.result.result()
-
-    def forget_execution(self) -> None:
-        """The call's execution is over, or will never start: let it go.
-
-        A session keeps its calls (receipts, late answers), and an execution holds what its
-        call no longer needs: a framework's handler holds the framework's run context (its whole
-        message history) and the tool's return value, a finished task its context and result.
-        Kept here, every call would keep them for the session's life.
-        """
-        self.local = None
-        self.exec_task = None
 
     def _took_back(self, task: asyncio.Task[Any]) -> bool:
         """Take back the race's cancellation of ``task``: True if no other one is pending."""

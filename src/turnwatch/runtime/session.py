@@ -176,7 +176,7 @@ class Turn:
         if cid in sess.used_call_ids:
             raise CallIdReusedError(f"call id {cid!r} was already used in session {sess.id!r}")
         sess.used_call_ids.add(cid)
-        call = Call(env.call, self, sess.id, cid, tool, cls, dict(args or {}), run)
+        call = Call(env.call, self, sess.id, cid, tool, cls, dict(args or {}), run is not None)
         self.calls[cid] = call
         if ask_permission is not None:
             self._ask[cid] = ask_permission
@@ -195,24 +195,23 @@ class Turn:
                 reason="early_abort" if early else "after_stop",
             )
             call.finish(Outcome.REFUSED, error_code=names.TOOL_ABORTED)
-            call.forget_execution()  # it never starts
         else:
             if ask_permission:
                 self._open_prompt(call)
             asks = self._asks(call)
             # The common case needs no task of its own: no prompt, a free slot, start now.
             if asks or not self.session.admission.try_acquire():
-                task = self._lifecycle(call, asks)
+                task = self._lifecycle(call, asks, run)
                 asyncio.get_running_loop().create_task(task, name=f"call {cid}")
             else:
                 call.holds_slot = True
                 if in_place and cls is ToolClass.READ_ONLY and env.mode is Mode.ADR:
                     call.phase = Phase.RUNNING  # the caller runs it now, in its own task
                 else:
-                    self._start(call)
+                    self._start(call, run)
         return call
 
-    async def _lifecycle(self, call: Call, asks: bool) -> None:
+    async def _lifecycle(self, call: Call, asks: bool, run: LocalRun | None) -> None:
         """A call that waits, for a slot or for its permission prompt, then starts."""
         try:
             call.holds_slot = await self.session.admission.acquire(self._prestart_stop(call))
@@ -226,19 +225,16 @@ class Turn:
                 if not approved:
                     call.finish(Outcome.DENIED, error_code="PERMISSION_DENIED")
                     return
-            self._start(call)
+            self._start(call, run)
         except Exception as exc:  # a bug here must not leave the turn open forever
             call.finish(Outcome.FAILED, error=repr(exc))
             raise
-        finally:
-            if call.exec_task is None:  # not started, and now it never will be
-                call.forget_execution()
 
-    def _start(self, call: Call) -> None:
+    def _start(self, call: Call, run: LocalRun | None) -> None:
         """An admitted call: its execution is scheduled, and starts unless a stop comes first."""
         call.phase = Phase.ADMITTED
         call.exec_task = asyncio.get_running_loop().create_task(
-            self._execute(call), name=f"execute {call.call_id}"
+            self._execute(call, run), name=f"execute {call.call_id}"
         )
         # Only the host's answer resolves the call from here. A stop does not wake anything: its
         # handler resolves the call itself (a walk over 10,000 calls must not wake 10,000
@@ -246,14 +242,14 @@ class Turn:
         # the wait, recorded.
         call.exec_task.add_done_callback(call.host_answered)
 
-    async def _execute(self, call: Call) -> HostResult | None:
+    async def _execute(self, call: Call, run: LocalRun | None) -> HostResult | None:
         if self._prestart_stop(call).done():
             return None  # stopped between admission and start: it never starts
         # No await between the check above and this line: the start is atomic.
         call.phase = Phase.RUNNING
-        if call.local is not None:  # its requester's own execution, not the host's
+        if run is not None:  # its requester's own execution, not the host's
             call.on_message(STARTED)
-            return await call.local()
+            return await run()
         req = ExecuteRequest(
             self.session.id,
             self.id,

@@ -16,7 +16,7 @@ from turnwatch import names
 from turnwatch.runtime.calls import Call
 from turnwatch.runtime.clock import REAL
 from turnwatch.runtime.model import Mode, Outcome, Policy, StopSource, ToolClass
-from turnwatch.runtime.protocol import AbortRequest
+from turnwatch.runtime.protocol import AbortRequest, HostResult
 from turnwatch.runtime.session import Turn
 
 #: The tools whose abort listener was live before the ADR (``legacy`` mode).
@@ -43,10 +43,11 @@ def handle(call: Call, src: StopSource, mode: Mode, grace_s: float) -> None:
         race(call)
         return
     loop = asyncio.get_running_loop()
+    task = call.exec_task  # held by the handler: the call lets go of it once it is done
     if policy is Policy.GRACE or mode is Mode.GRACE_ONLY:
-        call.handler = loop.create_task(grace(call, grace_s), name=f"grace {call.call_id}")
+        call.handler = loop.create_task(grace(call, task, grace_s), name=f"grace {call.call_id}")
     else:
-        call.handler = loop.create_task(await_result(call), name=f"await {call.call_id}")
+        call.handler = loop.create_task(await_result(call, task), name=f"await {call.call_id}")
 
 
 def signal_legacy(turn: Turn, src: StopSource, grace_s: float) -> None:
@@ -76,7 +77,7 @@ def send_abort(call: Call, source: str) -> None:
             **{names.K_CLASS: call.class_name},
             source=source,
         )
-    if call.local is not None:
+    if call.local:
         return  # its execution is ours: race() cancels it, await waits for it
     call.env.host.abort(
         AbortRequest(
@@ -104,19 +105,14 @@ def race(call: Call) -> None:
     if call.in_place is not None:
         call.race_cancelled = True
         call.in_place.cancel()
-    elif (
-        call.local is not None
-        and call.exec_task is not None
-        and call.tool_class is ToolClass.READ_ONLY
-    ):
+    elif call.local and call.exec_task is not None and call.tool_class is ToolClass.READ_ONLY:
         call.exec_task.cancel()
 
 
-async def grace(call: Call, window: float) -> None:
-    """``grace``: wait at most ``window`` for the host's collected output, then give up."""
-    task = call.exec_task  # held here: the call lets go of it once it is done
-    if task is None:  # it ended before this handler's first step: its answer resolved the call
-        return
+async def grace(call: Call, task: asyncio.Task[HostResult | None] | None, window: float) -> None:
+    """``grace``: wait at most ``window`` for the host's collected output (``task``, the
+    call's execution as the stop found it), then give up."""
+    assert task is not None
     if await call.env.clock.wait(task, window):
         call.host_answered(task)
         return
@@ -130,10 +126,8 @@ async def grace(call: Call, window: float) -> None:
     )
 
 
-async def await_result(call: Call) -> None:
-    """``await``: the result arrives, however late; the turn waits for it."""
-    task = call.exec_task  # held here: the call lets go of it once it is done
-    if task is None:  # it ended before this handler's first step: its answer resolved the call
-        return
+async def await_result(call: Call, task: asyncio.Task[HostResult | None] | None) -> None:
+    """``await``: the result (``task``'s) arrives, however late; the turn waits for it."""
+    assert task is not None
     await asyncio.wait((task,))
     call.host_answered(task)
