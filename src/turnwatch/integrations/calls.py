@@ -29,10 +29,10 @@ from turnwatch.runtime.tools.process import run_process
 
 #: The tool metadata key naming a tool's class.
 CLASS_KEY = "turnwatch_class"
-#: How much of a tool's result the ledger keeps (the framework gets the whole value).
-_TEXT_CAP = 4096
-
 Handler = Callable[[Any], Any]
+#: A framework tool's answer to the runtime: the value itself goes to the framework, and the
+#: ledger records outcomes, not values (so no text of it is made, or kept with the call).
+_OK = HostResult(HostStatus.OK)
 
 
 class ToolClassError(ValueError):
@@ -89,8 +89,7 @@ class Slot:
 
 class Local:
     """A framework's handler as the execution of its call (``Turn.run_call``), run in the
-    framework's own task or context; what it returned or raised is kept for the framework, a
-    capped text of it for the ledger."""
+    framework's own task or context; what it returned or raised is kept for the framework."""
 
     __slots__ = ("error", "run", "value")
 
@@ -105,7 +104,7 @@ class Local:
         except Exception as exc:  # the framework gets it back as it was raised
             self.error = exc
             return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
-        return HostResult(HostStatus.OK, str(self.value)[:_TEXT_CAP])
+        return _OK
 
 
 class Dispatcher:
@@ -196,7 +195,7 @@ class Dispatcher:
         except Exception as exc:  # the framework gets it back as it was raised
             slot.error = exc
             return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
-        return HostResult(HostStatus.OK, str(slot.value)[:_TEXT_CAP])
+        return _OK
 
 
 async def _finished(future: asyncio.Future[Any]) -> bool:
