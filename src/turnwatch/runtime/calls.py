@@ -1,4 +1,10 @@
-"""One tool call's state and its resolution (the stop handlers that resolve it: ``walk``).
+"""One tool call's state, its transitions and its resolution (the stop handlers: ``walk``).
+
+A call's phase and flags change only through its own methods, which assert the order (trio's
+``CancelStatus`` keeps its bookkeeping the same way): ``open_prompt`` → ``admit`` → ``begin``
+(the side-effect boundary) → ``finish``; a stop's handler calls ``send_abort``, ``abandon`` and
+``race``. A call sent ``tools.abort`` can never begin, whatever the mode; nothing else assigns
+these fields.
 
 A call is resolved exactly once (:meth:`Call.finish`); everything after that — a late host result,
 late progress — is dropped or, where it means a side effect outlived the runtime's wait, recorded
@@ -10,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,22 +25,26 @@ from turnwatch import names
 from turnwatch.runtime.clock import REAL, Clock
 from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.gate import Prompt
-from turnwatch.runtime.model import POLICY_OF, Outcome, Phase, Policy, ToolClass, ToolResult
+from turnwatch.runtime.messages import OutputTail, progress_attrs, started_attrs
+from turnwatch.runtime.model import (
+    POLICY_OF,
+    Outcome,
+    Phase,
+    Policy,
+    StopSource,
+    ToolClass,
+    ToolResult,
+)
 from turnwatch.runtime.protocol import (
+    AbortRequest,
     Host,
     HostMessage,
     HostResult,
     HostStatus,
-    Progress,
     Started,
 )
 
 _log = logging.getLogger(__name__)
-
-#: How much collected output a call keeps (the tail), so a chatty process cannot eat memory.
-OUTPUT_CAP = 256 * 1024
-#: How much of one progress chunk goes into its event.
-PROGRESS_TEXT_CAP = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +55,9 @@ class CallEnv:
     host: Host
     grace_s: float
     clock: Clock = REAL
+    #: False only in the rejected ``abandon_all`` mode: a stop before the start is not watched
+    #: (a prompt approved after it still starts the call: the flaw that mode shows).
+    heeds_prestart_stop: bool = True
 
 
 class Owner(Protocol):
@@ -74,7 +87,6 @@ class Call:
 
     # Slots: a call is made on every tool call, and a session keeps its calls for receipts.
     __slots__ = (
-        "_output_len",
         "abandoned",
         "abort_sent",
         "args",
@@ -135,7 +147,7 @@ class Call:
         self.result: asyncio.Future[ToolResult] = loop.create_future()
         # Set (to the stop source) when a stop reaches the call: before it starts, a set stop
         # means it never starts; after, the policy handler owns the call's end.
-        self.stop: asyncio.Future[object] = loop.create_future()
+        self.stop: asyncio.Future[StopSource] = loop.create_future()
         # The open permission prompt, while the call waits for one.
         self.prompt: Prompt | None = None
         # The host's execution, once the call started.
@@ -144,8 +156,7 @@ class Call:
         # True once the runtime stopped waiting: later progress and results are not shown.
         self.abandoned = False
         # Output seen so far (tail, capped): what a grace call returns if the host cannot answer.
-        self.output: deque[str] = deque()
-        self._output_len = 0
+        self.output = OutputTail()
         # Holds the admission slot until finish() gives it back.
         self.holds_slot = False
         # True once tools.abort went to the host: the policy handler ran and owns the call's end.
@@ -162,9 +173,125 @@ class Call:
         self.race_cancelled = False
 
     @property
-    def never(self) -> asyncio.Future[object]:
-        """A stop that never comes: what a call watches in a mode that ignores pre-start stops."""
+    def prestart_stop(self) -> asyncio.Future[StopSource]:
+        """What the call watches while it waits to start: its stop (in ``abandon_all``, a stop
+        that never comes: the flaw that mode shows)."""
+        if self.env.heeds_prestart_stop:
+            return self.stop
         return asyncio.get_running_loop().create_future()
+
+    # --- transitions: the only writers of the phase and the flags ---
+
+    def open_prompt(self) -> Prompt:
+        """The call waits for its permission prompt (it has not started)."""
+        assert self.phase in _WAITING, self.phase
+        self.phase = Phase.AWAITING_PERMISSION
+        self.prompt = Prompt()
+        self.emit(names.PERMISSION_REQUESTED)
+        return self.prompt
+
+    def hold_slot(self) -> None:
+        """The call took an admission slot; :meth:`finish` gives it back."""
+        assert not self.holds_slot
+        if self.result.done():  # abandon_all: resolved while it waited (and it starts anyway)
+            self.turn.release_slot()
+            return
+        self.holds_slot = True
+
+    def admit(self, execution: asyncio.Task[HostResult | None]) -> None:
+        """Admitted: its execution is scheduled; it begins there unless a stop comes first. Only
+        the execution's answer resolves the call from here (or a stop's handler)."""
+        assert self.exec_task is None
+        assert self.phase in _WAITING or self._left_to_start, self.phase
+        if not self.phase.terminal:
+            self.phase = Phase.ADMITTED
+        self.exec_task = execution
+        execution.add_done_callback(self.host_answered)
+
+    @property
+    def _left_to_start(self) -> bool:
+        """Resolved by a stop that left it free to start: only ``abandon_all`` does that."""
+        return self.phase.terminal and not self.env.heeds_prestart_stop
+
+    def begin(self) -> bool:
+        """The side-effect boundary: the call starts now, or never if a stop reached it first.
+
+        A call sent ``tools.abort`` never begins, whatever the mode: that is the order itself,
+        not a check a caller may forget.
+        """
+        if self.abort_sent or (self.env.heeds_prestart_stop and self.stop.done()):
+            return False
+        if self._left_to_start:
+            return True
+        assert self.phase in _WAITING or self.phase is Phase.ADMITTED, self.phase
+        self.phase = Phase.RUNNING
+        return True
+
+    def reach(self, source: StopSource) -> bool:
+        """A stop reached the call (the first one's source is kept): True while a stop's
+        handler has something to do (the call is unresolved and was sent no ``tools.abort``)."""
+        if not self.stop.done():
+            self.stop.set_result(source)
+        return not (self.result.done() or self.abort_sent)
+
+    def close(self) -> None:
+        """A stop before the call began: it never begins, and its prompt can never be
+        approved."""
+        assert not self.phase.started, self.phase
+        if self.prompt is not None and self.prompt.close():
+            self.emit(names.PERMISSION_CANCELLED)
+        self.finish(Outcome.ABORTED, error_code=names.TOOL_ABORTED, before_start=True)
+
+    def send_abort(self, source: StopSource) -> None:
+        """Send the typed ``tools.abort`` for this started call to its host: from here on a
+        stop's handler owns the call's end, and the call can never begin again."""
+        assert self.phase.started, self.phase
+        assert not self.abort_sent
+        self.abort_sent = True
+        if self.env.sink is not None:  # no sink: not even the attributes are built
+            self.emit(
+                names.TOOLS_ABORT_SENT,
+                policy=self.policy_name,
+                **{names.K_CLASS: self.class_name},
+                source=source,
+            )
+        if self.local:
+            return  # its execution is ours: race() cancels it, await waits for it
+        env = self.env
+        env.host.abort(
+            AbortRequest(
+                self.session,
+                self.turn.id,
+                self.call_id,
+                self.tool,
+                source,
+                env.grace_s,
+                self.turn.traceparent,
+                # On real time only: a test's manual clock is not the host's unless it says so.
+                time.monotonic() + env.grace_s if env.clock is REAL else None,
+            )
+        )
+
+    def abandon(self) -> None:
+        """The runtime stops waiting: later progress and results of the call are not shown."""
+        self.abandoned = True
+
+    def race(self) -> None:
+        """Released at once, its result discarded; a read-only execution of the runtime's own
+        (the requester's task, or its run) is cancelled, as a host cancels its worker."""
+        self.abandon()
+        self.finish(Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, policy=_RACE_NAME)
+        if self.in_place is not None:
+            self.race_cancelled = True
+            self.in_place.cancel()
+        elif self.local and self.exec_task is not None and self.tool_class is ToolClass.READ_ONLY:
+            self.exec_task.cancel()
+
+    def watch(self, handler: asyncio.Task[None]) -> None:
+        """Hold the stop's grace or await handler (the turn waits for the result it sets)."""
+        assert self.abort_sent
+        assert self.handler is None
+        self.handler = handler
 
     def emit(self, kind: str, **attrs: Any) -> None:
         """Emit an event about this call (straight to the sink: this is the busiest emitter)."""
@@ -187,43 +314,16 @@ class Call:
         """A ``Started`` or ``Progress`` from the host."""
         if isinstance(message, Started):
             self.pid, self.containment = message.pid, message.containment
-            if self.env.sink is None:  # no sink: not even the attributes are built
-                return
-            attrs: dict[str, Any] = {names.K_CLASS: self.class_name}
-            if message.pid is not None:
-                attrs.update(pid=message.pid, create_time=message.create_time)
-            if message.containment is not None:
-                attrs[names.K_CONTAINMENT] = message.containment
-            if message.cgroup is not None:
-                attrs[names.K_CGROUP] = message.cgroup
-            if message.holes:
-                attrs[names.K_HOLES] = list(message.holes)
-            if self.turn.traceparent:  # an agent framework's run: its execute_tool joins it
-                attrs[names.K_TRACEPARENT] = self.turn.traceparent
-            self.emit(names.TOOL_STARTED, **attrs)
+            if self.env.sink is not None:  # no sink: not even the attributes are built
+                attrs = started_attrs(self.class_name, message, self.turn.traceparent)
+                self.emit(names.TOOL_STARTED, **attrs)
             return
         if self.abandoned or self.phase.terminal:
             return  # progress of an abandoned call stops at the stop (design §1)
-        self._collect(message)
+        if message.text:
+            self.output.add(message.text)
         if self.env.sink is not None:  # a chatty tool's heartbeat: no sink, no attributes
-            self._heartbeat(message)
-
-    def _collect(self, message: Progress) -> None:
-        if message.text:
-            self.output.append(message.text)
-            self._output_len += len(message.text)
-            while self._output_len > OUTPUT_CAP and len(self.output) > 1:
-                self._output_len -= len(self.output.popleft())
-
-    def _heartbeat(self, message: Progress) -> None:
-        attrs: dict[str, Any] = {}
-        if message.text:
-            attrs[names.K_TEXT] = message.text[:PROGRESS_TEXT_CAP]
-        if message.progress is not None:
-            attrs[names.K_PROGRESS] = message.progress
-        if message.total is not None:
-            attrs[names.K_TOTAL] = message.total
-        self.emit(names.TOOL_PROGRESS, **attrs)
+            self.emit(names.TOOL_PROGRESS, **progress_attrs(message))
 
     # --- resolution ---
 
@@ -245,11 +345,10 @@ class Call:
         if self.holds_slot:
             self.holds_slot = False
             self.turn.release_slot()
-        text = "".join(self.output) if output is None else output
         # The result holds the text now; a resolved call collects no more (on_message), and the
         # session keeps its calls for receipts: the buffer would be a second copy for its life.
-        self.output.clear()
-        self._output_len = 0
+        collected = self.output.take()
+        text = collected if output is None else output
         self.result.set_result(
             ToolResult(self.call_id, self.tool, outcome, text, error_code, data, error)
         )
@@ -319,14 +418,23 @@ class Call:
 
     # --- run in its requester's task ---
 
+    def begin_in_place(self) -> None:
+        """A ``read_only`` call with a free slot and no prompt, admitted in ``request()``: its
+        requester runs it now, in its own task (:meth:`run_in_place`)."""
+        assert self.phase is Phase.QUEUED, self.phase
+        assert self.tool_class is ToolClass.READ_ONLY
+        self.phase = Phase.RUNNING
+
     async def run_in_place(self, run: LocalRun) -> ToolResult:
-        """Run this admitted ``read_only`` call in the caller's own task (``Turn.run_call``).
+        """Run this ``read_only`` call, begun in place, in the caller's own task
+        (``Turn.run_call``).
 
         No task of its own: a stop's race cancels the caller's await, and that cancellation is
         taken back here (the caller gets the discarded result), unless another one came too.
         """
         task = asyncio.current_task()
         assert task is not None
+        assert self.phase is Phase.RUNNING
         self.in_place = task
         self.on_message(STARTED)
         try:
@@ -361,6 +469,9 @@ def _outcome_of(res: HostResult, stopped: bool) -> Outcome:
     return Outcome.FAILED
 
 
+#: Where a call may wait before it is admitted.
+_WAITING = frozenset({Phase.QUEUED, Phase.AWAITING_PERMISSION})
+
 _PHASE_OF: Mapping[Outcome, Phase] = {
     Outcome.COMPLETED: Phase.FINISHED,
     Outcome.COMPLETED_AFTER_STOP: Phase.FINISHED,
@@ -371,7 +482,9 @@ _PHASE_OF: Mapping[Outcome, Phase] = {
     Outcome.DENIED: Phase.FAILED,
 }
 
-StopHandler = Callable[[Call], None]
+#: What a stop does to one call: the handler its mode (and policy) selects.
+StopHandler = Callable[[Call, StopSource], None]
 
 #: Class and policy names by member: an enum's ``.value`` is a property, slow on the hot path.
 _NAME: Mapping[ToolClass | Policy, str] = {m: m.value for e in (ToolClass, Policy) for m in e}
+_RACE_NAME = _NAME[Policy.RACE]

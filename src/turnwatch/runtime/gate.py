@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from enum import StrEnum
+from typing import Any
 
 
 class Answer(StrEnum):
@@ -48,7 +49,7 @@ class Prompt:
         self._answer.set_result(approved)
         return Answer.GRANTED if approved else Answer.DENIED
 
-    async def wait(self, stop: asyncio.Future[object]) -> bool | None:
+    async def wait(self, stop: asyncio.Future[Any]) -> bool | None:
         """The answer, or None when the stop came first."""
         if stop.done():
             return None
@@ -75,7 +76,7 @@ class Admission:
             return True
         return False
 
-    async def acquire(self, stop: asyncio.Future[object]) -> bool:
+    async def acquire(self, stop: asyncio.Future[Any]) -> bool:
         """Take a slot; False (and no slot) when the stop came first."""
         if stop.done():
             return False

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from turnwatch import names
-from turnwatch.runtime import procfs, walk
+from turnwatch.runtime import procfs
 from turnwatch.runtime.calls import CallEnv
 from turnwatch.runtime.clock import REAL, Clock
 from turnwatch.runtime.events import Event, EventSink, now_event
@@ -26,6 +26,7 @@ from turnwatch.runtime.model import (
     UnknownTurnError,
     parse_source,
 )
+from turnwatch.runtime.modes import ADR, RULES
 from turnwatch.runtime.protocol import Host, TurnAbortRequest
 from turnwatch.runtime.registry import AbortRegistry
 from turnwatch.runtime.session import AskPermission, Session, SessionEnv, Turn, closest
@@ -58,14 +59,17 @@ class Runtime:
     ) -> None:
         if grace_s <= 0:
             raise ValueError(f"grace window must be positive, got {grace_s}")
+        # The mode's stop, chosen once: the stop path never asks which mode it is in.
+        self.rules = RULES[Mode(mode)]
         # What sessions, turns and calls get of the runtime: never the runtime itself. The
         # runtime's own settings are read from it too, so the two can never disagree.
         self.env = SessionEnv(
-            CallEnv(sink, host, grace_s, clock),
-            Mode(mode),
+            CallEnv(sink, host, grace_s, clock, self.rules.heeds_prestart_stop),
+            self.rules.mode,
             registry or AbortRegistry(),
             ask_permission,
             max_running,
+            self.rules.runs_in_place,
         )
         self.control = control  # the control socket's path, once one serves this runtime
         self.sessions: dict[str, Session] = {}
@@ -188,7 +192,7 @@ class Runtime:
             )
         call = turn.calls.get(call_id)
         if call is not None and call.tool == tool:
-            walk.handle(call, src, self.mode, self.grace_s)
+            self.rules.handle(call, src)
         elif call is None:
             self.registry.record(session_id, turn_id, call_id, tool, src.value)
 
@@ -270,8 +274,8 @@ class Runtime:
                 _log.exception("a stop callback of turn %s failed", live.id)
         # The walk now, in this step: a call admitted in the same tick finds its stop before it
         # can start, and no call waits a loop step for its handler.
-        if self.mode is Mode.LEGACY and src is not StopSource.WATCHDOG:
-            walk.signal_legacy(live, src, self.grace_s)
+        if self.rules.signal is not None and src is not StopSource.WATCHDOG:
+            self.rules.signal(live, src)
         else:
             self._walk(live, src)
         await asyncio.shield(live.stop_task)
@@ -296,9 +300,9 @@ class Runtime:
             attrs={names.K_INFLIGHT: len(inflight), names.K_SOURCE: src.value},
         )
         # The watchdog's walk is the ADR's whatever this runtime's mode: that is the recovery.
-        mode = self.mode if src is not StopSource.WATCHDOG else Mode.ADR
+        handle = self.rules.handle if src is not StopSource.WATCHDOG else ADR.handle
         for call in inflight:
-            walk.handle(call, src, mode, self.grace_s)
+            handle(call, src)
         # What finished process calls left running belongs to them: the stop ends it too. One
         # look suffices: from here on, a process call still running has its tools.abort and
         # ends what it leaves itself, so no call of this turn hands over lingering processes.

@@ -17,7 +17,7 @@ from typing import Any
 from turnwatch import names
 from turnwatch.runtime.calls import STARTED, Call, CallEnv, LocalRun
 from turnwatch.runtime.events import now_event
-from turnwatch.runtime.gate import Admission, Prompt
+from turnwatch.runtime.gate import Admission
 from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.model import (
     CallIdReusedError,
@@ -51,6 +51,8 @@ class SessionEnv:
     registry: AbortRegistry
     ask_permission: AskPermission | None
     max_running: int
+    #: Whether a read-only call may run in its requester's own task (the mode's rules say).
+    runs_in_place: bool = True
 
 
 class Turn:
@@ -153,7 +155,7 @@ class Turn:
         classes run in a task of their own, which the caller's cancellation cannot reach.
         """
         call = self._request(tool, args, call_id, tool_class, None, run, in_place=True)
-        if call.phase is not Phase.RUNNING:  # not started here: it waits, or ended already
+        if call.phase is not Phase.RUNNING:  # not begun here: it waits, or ended already
             return await CallHandle(call).result()
         return await call.run_in_place(run)
 
@@ -197,16 +199,16 @@ class Turn:
             call.finish(Outcome.REFUSED, error_code=names.TOOL_ABORTED)
         else:
             if ask_permission:
-                self._open_prompt(call)
+                call.open_prompt()
             asks = self._asks(call)
             # The common case needs no task of its own: no prompt, a free slot, start now.
             if asks or not self.session.admission.try_acquire():
                 task = self._lifecycle(call, asks, run)
                 asyncio.get_running_loop().create_task(task, name=f"call {cid}")
             else:
-                call.holds_slot = True
-                if in_place and cls is ToolClass.READ_ONLY and env.mode is Mode.ADR:
-                    call.phase = Phase.RUNNING  # the caller runs it now, in its own task
+                call.hold_slot()
+                if in_place and cls is ToolClass.READ_ONLY and env.runs_in_place:
+                    call.begin_in_place()  # the caller runs it now, in its own task
                 else:
                     self._start(call, run)
         return call
@@ -214,12 +216,12 @@ class Turn:
     async def _lifecycle(self, call: Call, asks: bool, run: LocalRun | None) -> None:
         """A call that waits, for a slot or for its permission prompt, then starts."""
         try:
-            call.holds_slot = await self.session.admission.acquire(self._prestart_stop(call))
-            if not call.holds_slot:
+            if not await self.session.admission.acquire(call.prestart_stop):
                 return
+            call.hold_slot()
             if asks:
-                prompt = call.prompt or self._open_prompt(call)
-                approved = await prompt.wait(self._prestart_stop(call))
+                prompt = call.prompt or call.open_prompt()
+                approved = await prompt.wait(call.prestart_stop)
                 if approved is None:
                     return
                 if not approved:
@@ -231,22 +233,20 @@ class Turn:
             raise
 
     def _start(self, call: Call, run: LocalRun | None) -> None:
-        """An admitted call: its execution is scheduled, and starts unless a stop comes first."""
-        call.phase = Phase.ADMITTED
-        call.exec_task = asyncio.get_running_loop().create_task(
-            self._execute(call, run), name=f"execute {call.call_id}"
+        """An admitted call: its execution is scheduled, and begins unless a stop comes first."""
+        # A stop does not wake the execution: its handler resolves the call itself (a walk over
+        # 10,000 calls must not wake 10,000 tasks), and an answer that comes after is then
+        # dropped or, if a side effect outlived the wait, recorded.
+        call.admit(
+            asyncio.get_running_loop().create_task(
+                self._execute(call, run), name=f"execute {call.call_id}"
+            )
         )
-        # Only the host's answer resolves the call from here. A stop does not wake anything: its
-        # handler resolves the call itself (a walk over 10,000 calls must not wake 10,000
-        # tasks), and an answer that comes after is then dropped or, if a side effect outlived
-        # the wait, recorded.
-        call.exec_task.add_done_callback(call.host_answered)
 
     async def _execute(self, call: Call, run: LocalRun | None) -> HostResult | None:
-        if self._prestart_stop(call).done():
+        if not call.begin():
             return None  # stopped between admission and start: it never starts
-        # No await between the check above and this line: the start is atomic.
-        call.phase = Phase.RUNNING
+        # No await between begin() and the execution's first step: the start is atomic.
         if run is not None:  # its requester's own execution, not the host's
             call.on_message(STARTED)
             return await run()
@@ -261,22 +261,12 @@ class Turn:
         )
         return await self.session.env.call.host.execute(req, call.on_message)
 
-    def _open_prompt(self, call: Call) -> Prompt:
-        call.phase = Phase.AWAITING_PERMISSION
-        call.prompt = Prompt()
-        call.emit(names.PERMISSION_REQUESTED)
-        return call.prompt
-
     def _asks(self, call: Call) -> bool:
         ask = self._ask.pop(call.call_id, None)
         if ask is not None:
             return ask
         env = self.session.env
         return env.ask_permission is not None and env.ask_permission(call.tool, call.tool_class)
-
-    def _prestart_stop(self, call: Call) -> asyncio.Future[object]:
-        """What a waiting call watches: its stop (``abandon_all``: nothing, the flaw it shows)."""
-        return call.never if self.session.env.mode is Mode.ABANDON_ALL else call.stop
 
     # --- settlement ---
 

@@ -1,0 +1,73 @@
+"""What a call makes of its host's messages: the tail of its output, and its events' attributes.
+
+A ``Started`` becomes ``tool.started``'s attributes (the process, its containment); a ``Progress``
+is the call's heartbeat (``tool.progress``) and adds to the output it returns if the host cannot
+answer in time. Both are built only where a sink wants them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from turnwatch import names
+from turnwatch.runtime.protocol import Progress, Started
+
+#: How much collected output a call keeps (the tail), so a chatty process cannot eat memory.
+OUTPUT_CAP = 256 * 1024
+#: How much of one progress chunk goes into its event.
+PROGRESS_TEXT_CAP = 256
+
+
+class OutputTail:
+    """The last :data:`OUTPUT_CAP` characters a call's host reported (whole chunks)."""
+
+    __slots__ = ("_chunks", "_len")
+
+    def __init__(self) -> None:
+        self._chunks: deque[str] = deque()
+        self._len = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._chunks)
+
+    def add(self, text: str) -> None:
+        self._chunks.append(text)
+        self._len += len(text)
+        while self._len > OUTPUT_CAP and len(self._chunks) > 1:
+            self._len -= len(self._chunks.popleft())
+
+    def take(self) -> str:
+        """The text, and the buffer emptied: a resolved call's result holds it from then on."""
+        text = "".join(self._chunks)
+        self._chunks.clear()
+        self._len = 0
+        return text
+
+
+def started_attrs(class_name: str, message: Started, traceparent: str | None) -> dict[str, Any]:
+    """``tool.started``'s attributes for the host's ``Started``."""
+    attrs: dict[str, Any] = {names.K_CLASS: class_name}
+    if message.pid is not None:
+        attrs.update(pid=message.pid, create_time=message.create_time)
+    if message.containment is not None:
+        attrs[names.K_CONTAINMENT] = message.containment
+    if message.cgroup is not None:
+        attrs[names.K_CGROUP] = message.cgroup
+    if message.holes:
+        attrs[names.K_HOLES] = list(message.holes)
+    if traceparent:  # an agent framework's run: its execute_tool joins it
+        attrs[names.K_TRACEPARENT] = traceparent
+    return attrs
+
+
+def progress_attrs(message: Progress) -> dict[str, Any]:
+    """``tool.progress``'s attributes: a chunk of text (its head), or a count of a total."""
+    attrs: dict[str, Any] = {}
+    if message.text:
+        attrs[names.K_TEXT] = message.text[:PROGRESS_TEXT_CAP]
+    if message.progress is not None:
+        attrs[names.K_PROGRESS] = message.progress
+    if message.total is not None:
+        attrs[names.K_TOTAL] = message.total
+    return attrs
