@@ -63,6 +63,7 @@ class InvariantChecker:
         before = self.fold.calls.get((ev.session, ev.call)) if ev.call is not None else None
         was_running = before is not None and before.running
         was_released = before is not None and before.released
+        was_aborted = before is not None and before.abort_ts is not None
         st = self.fold(ev)
         c = st.call
         for move in st.moves:
@@ -76,6 +77,10 @@ class InvariantChecker:
                 )
             elif move is Move.GRANTED and self.fold.turn_over(c):
                 self._flag(1, ev, "a permission was granted after its turn settled")
+            elif move is Move.STARTED and was_aborted:
+                # Any start after the call's tools.abort (a command it spawned, above all): the
+                # stop came first, and the call must start nothing after it.
+                self._flag(2, ev, "a call started something after its tools.abort was sent")
             elif move is Move.STARTED and was_released:
                 self._flag(2, ev, "a call stopped before it started has started")
             elif move is Move.STARTED and self.fold.turn_over(c):

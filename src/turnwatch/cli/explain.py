@@ -17,6 +17,7 @@ from turnwatch import names
 from turnwatch.cli.render import seconds
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold, Move
+from turnwatch.runtime.model import ToolClass
 from turnwatch.tracing import view
 from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, scan
 
@@ -65,6 +66,8 @@ class Explanation:
     findings: list[Finding] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     source: str | None = None  # who wrote the session's events (an agent CLI), when known
+    #: What a reader should know of the calls that holds nothing (a process call uncontained).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> float:
@@ -127,6 +130,12 @@ def build(
         if c.turn == turn
     ]
     ex.tools = calls
+    ex.notes = [
+        f"{t.tool} {t.call} ({t.tool_class}) ran uncontained: it started no command through "
+        "turnwatch, so no process of it is tied to the call"
+        for t in calls
+        if t.tool_class == ToolClass.PROCESS.value and t.start is not None and t.pid is None
+    ]
     if row is not None and row.turn == turn:
         ex.findings = [f for f in scan(conn, cfg=cfg, now=now).findings if f.session == session]
         ex.reasons = [_reason(f, now, cfg) for f in ex.findings]
@@ -259,6 +268,7 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         wf.add_row(*cells, t.outcome, released, _bar(t, total, bar_w))
     legend = Text("timeline: ░ ran unaware of the stop  █ stopping  ✕ never began", style="dim")
     parts: list[object] = [head, Text(""), steps, Text(""), wf, legend]
+    parts += [Text(f"note: {n}", style="yellow") for n in ex.notes]
     if ex.reasons:
         parts += [Text(""), Text("What still holds the session:", style="bold red")]
         bullets = Table.grid(padding=(0, 1))  # a hanging indent: wrapped lines stay under the text

@@ -13,6 +13,7 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import functools
+import inspect
 import queue
 import threading
 import weakref
@@ -33,6 +34,7 @@ Handler = Callable[[Any], Any]
 #: A framework tool's answer to the runtime: the value itself goes to the framework, and the
 #: ledger records outcomes, not values (so no text of it is made, or kept with the call).
 _OK = HostResult(HostStatus.OK)
+_STARTED = Started()
 
 
 class ToolClassError(ValueError):
@@ -63,6 +65,16 @@ def class_of(name: str, metadata: Mapping[str, Any] | None, default: ToolClass) 
         raise ToolClassError(
             f"tool {name!r}: {CLASS_KEY}={value!r} is not a tool class (accepted: {accepted})"
         ) from None
+
+
+def require_async_process(name: str, cls: ToolClass, fn: object, run_command: str) -> None:
+    """One rule for every wrapper: a ``process`` tool is async and starts its commands with
+    ``run_command`` (a sync one could only spawn them uncontained, in a thread a stop cannot
+    reach); said at construction, naming the tool and the function to use."""
+    if cls is ToolClass.PROCESS and not inspect.iscoroutinefunction(fn):
+        raise ToolClassError(
+            f"tool {name!r}: a process tool must be async and start its commands with {run_command}"
+        )
 
 
 #: What a framework's model is told of an approval the stop came before (it is refused).
@@ -174,8 +186,9 @@ class Dispatcher:
         if ctx.cancelled.is_set():  # stopped before its side effect began: it never starts
             return HostResult(HostStatus.ABORTED, error="stopped before it started")
         handler, args, context = slot.handler.result()
-        if req.tool_class is not ToolClass.PROCESS:  # a process tool's command says it
-            ctx.notify(Started())
+        # Started, with no process to name: a process tool's commands (run_command) then say
+        # which they are; one that spawns on its own is recorded as started, and uncontained.
+        ctx.notify(_STARTED)
         # The handler runs in the framework's context (its executor, its execute_tool span),
         # not in whatever context started the call (an approved call starts in another run).
         context.run(_CURRENT.set, slot)

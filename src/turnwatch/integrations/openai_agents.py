@@ -62,6 +62,7 @@ from turnwatch.integrations.calls import (
     ToolClassError,
     class_of,
     dispatcher,
+    require_async_process,
     run_command,
 )
 from turnwatch.runtime.gate import Answer
@@ -134,7 +135,9 @@ class StoppableRunner:
         for tool in agent.tools:
             if isinstance(tool, FunctionTool):
                 declared = given.pop(tool.name, getattr(tool, CLASS_KEY, None))
-                self.classes[tool.name] = class_of(tool.name, {CLASS_KEY: declared}, default)
+                cls = class_of(tool.name, {CLASS_KEY: declared}, default)
+                require_async_process(tool.name, cls, _function(tool), f"{__name__}.run_command")
+                self.classes[tool.name] = cls
                 tool = dataclasses.replace(tool, on_invoke_tool=self._invoker(tool))
             tools.append(tool)
         if given:
@@ -259,6 +262,15 @@ class StoppableRunner:
                 state.reject(item, rejection_message=STOPPED)
             if said is not Answer.GRANTED:
                 self.dispatch.slots.pop((session, call_id), None)
+
+
+def _function(tool: FunctionTool) -> object:
+    """The function ``function_tool`` wrapped (the SDK's ``__wrapped__``); a tool made by hand
+    has none, and its async invoker is what runs."""
+    try:
+        return tool.__wrapped__
+    except AttributeError:
+        return tool.on_invoke_tool
 
 
 def _args(raw: Any) -> dict[str, Any]:

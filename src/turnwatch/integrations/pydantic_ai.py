@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
@@ -60,6 +59,7 @@ from turnwatch.integrations.calls import (
     ToolClassError,
     class_of,
     dispatcher,
+    require_async_process,
     run_command,
 )
 from turnwatch.runtime.gate import Answer
@@ -92,11 +92,7 @@ def tool_classes(agent: Agent[Any, Any], default: ToolClass) -> dict[str, ToolCl
             continue
         for name, tool in toolset.tools.items():
             cls = class_of(name, tool.metadata, default)
-            if cls is ToolClass.PROCESS and not inspect.iscoroutinefunction(tool.function):
-                raise ToolClassError(
-                    f"tool {name!r}: a process tool must be async and start its commands with "
-                    "turnwatch.integrations.pydantic_ai.run_command"
-                )
+            require_async_process(name, cls, tool.function, f"{__name__}.run_command")
             classes[name] = cls
     return classes
 

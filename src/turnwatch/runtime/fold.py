@@ -460,10 +460,13 @@ def _cancelled(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
 
 def _started(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
     a = ev.attrs
-    c.started_ts = ev.ts_unix
+    # A call starts once; a process tool's later tool.started (each command it runs) names a
+    # process and its containment.
+    c.started_ts = c.started_ts or ev.ts_unix
     if a.get(names.K_PID) is not None:
         c.pid, c.create_time, c.procs_live = a.get(names.K_PID), a.get(names.K_CREATE_TIME), 1
-    c.containment, c.cgroup = a.get(names.K_CONTAINMENT), a.get(names.K_CGROUP)
+    if a.get(names.K_CONTAINMENT) is not None:
+        c.containment, c.cgroup = a.get(names.K_CONTAINMENT), a.get(names.K_CGROUP)
     if c.cgroup is not None:
         c.procs_live = 1
     return (Move.STARTED,)

@@ -115,11 +115,16 @@ async def run_process(
 ) -> HostResult:
     """Run ``argv`` as a process tool, honouring ``tools.abort`` with the grace window.
 
-    A stop that arrives before the call's result is returned ends every process of the call,
-    including after its first process exited while a child still holds the output pipe. A call
-    that ends normally while processes it started live on hands them to the host as lingering:
-    the result lists them, and the turn's stop ends them.
+    A command asked for after the call's ``tools.abort`` is never spawned (the result is
+    ``ABORTED``). A stop that arrives before the call's result is returned ends every process of
+    the call, including after its first process exited while a child still holds the output
+    pipe. A call that ends normally while processes it started live on hands them to the host as
+    lingering: the result lists them, and the turn's stop ends them.
     """
+    if ctx.abort is not None:
+        # Stopped before this command: a stopped call starts nothing. The look and the spawn
+        # below (with its registration for containment) are one step: nothing awaits between.
+        return HostResult(HostStatus.ABORTED, error=names.TOOL_ABORTED, data={"spawned": False})
     box = ctx.containers or _fallback()
     marker = f"{ctx.request.session}/{ctx.request.call_id}"
     cgroup = box.new_cgroup()
