@@ -6,6 +6,7 @@ behaviour."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -13,15 +14,30 @@ from typing import Any
 import pytest
 from agents import Agent as SdkAgent
 from agents import function_tool
-from pydantic_ai import Agent
+from agents.result import RunResultStreaming
+from pydantic_ai import Agent, CancellationToken
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
 
-from tests.conftest import GRACE, turnwatch
+from tests.conftest import GRACE, turnwatch, until
 from tests.integrations.test_openai_agents import scripted
-from tests.integrations.test_pydantic_ai import calls, marked_alive, no_violations, outcomes
+from tests.integrations.test_pydantic_ai import (
+    CHUNK,
+    CHUNKS,
+    TERM_IGNORING_TREE,
+    begun,
+    calls,
+    marked_alive,
+    no_violations,
+    outcomes,
+    write_in_chunks,
+)
 from turnwatch import names
 from turnwatch.integrations import openai_agents, pydantic_ai
+from turnwatch.integrations.calls import CANCEL_SLACK_S
 from turnwatch.runtime import FanOut, LocalHost, MemorySink, Receipt, Runtime
 from turnwatch.runtime.events import now_event
 from turnwatch.testing import check_invariants
@@ -149,3 +165,189 @@ def test_a_sync_process_tool_is_refused_by_both_wrappers(runtime: Runtime) -> No
     sdk = SdkAgent(name="a", tools=[openai_agents.tool_class(function_tool(sh), "process")])
     with pytest.raises(openai_agents.ToolClassError, match="'sh': a process tool must be async"):
         openai_agents.StoppableRunner(sdk, runtime)
+
+
+# --- pydantic-ai: the user's own keywords compose with the wrapper's ---
+
+
+def settled(sink: MemorySink) -> list[str]:
+    return [str(e.attrs.get(names.K_OUTCOME)) for e in sink if e.kind == names.TURN_SETTLED]
+
+
+def stop_sources(sink: MemorySink) -> list[str]:
+    return [
+        str(e.attrs.get(names.K_SOURCE))
+        for e in sink
+        if e.kind == names.ABORT_RPC_RECEIVED and e.attrs.get("receipt") == "accepted"
+    ]
+
+
+async def test_pydantic_ai_the_users_token_is_a_stop_of_its_own_run_and_ours_never_cancels_it(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    token = CancellationToken()  # the user's, shared by two runs of two sessions
+    models = {
+        s: Agent(FunctionModel(calls(ToolCallPart("wait", {}, tool_call_id=f"{s}1"))))
+        for s in ("a", "b")
+    }
+    gate = asyncio.Event()
+    for agent in models.values():
+
+        @agent.tool_plain(metadata={"turnwatch_class": "read_only"})
+        async def wait() -> str:
+            await gate.wait()
+            return "waited"
+
+    runs = {
+        s: asyncio.ensure_future(
+            pydantic_ai.StoppableAgent(a, runtime).run("go", session=s, cancellation_token=token)
+        )
+        for s, a in models.items()
+    }
+    await sink.wait_for(names.TOOL_STARTED, call="a1")
+    await sink.wait_for(names.TOOL_STARTED, call="b1")
+    assert await runtime.abort("a") is Receipt.ACCEPTED  # ours: session a's run alone
+    with pytest.raises(RunCancelled):
+        await runs["a"]
+    assert not token.cancelled
+    assert not runs["b"].done()
+    token.cancel()  # the user's: the framework cancels b, and that is a stop, walked
+    with pytest.raises(RunCancelled):
+        await runs["b"]
+    assert stop_sources(sink) == ["ui", "framework"]
+    assert settled(sink) == ["aborted", "aborted"]
+    assert outcomes(sink) == {"a1": "discarded", "b1": "discarded"}
+    no_violations(sink)
+
+
+async def test_pydantic_ai_capabilities_toolsets_and_deps_compose_with_the_wrapper(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    seen: list[str] = []
+
+    @dataclasses.dataclass
+    class Audit(AbstractCapability[Any]):
+        async def wrap_tool_execute(
+            self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any
+        ) -> Any:
+            seen.append(f"{tool_def.name} {ctx.deps}")
+            return await handler(args)
+
+    extra = FunctionToolset[str]()
+
+    @extra.tool_plain
+    def late() -> str:
+        return "late"
+
+    agent = Agent(FunctionModel(calls(ToolCallPart("late", {}, tool_call_id="l1"))), deps_type=str)
+    result = await pydantic_ai.StoppableAgent(agent, runtime).run(
+        "go", session="s", capabilities=[Audit()], toolsets=[extra], deps="d"
+    )
+    assert seen == ["late d"]
+    assert "late" in str(result.output)
+    assert outcomes(sink) == {"l1": "completed"}  # a tool of a run's own toolset: extension
+    assert settled(sink) == ["completed"]
+
+
+async def test_pydantic_ai_a_run_that_raises_before_it_starts_is_never_recorded_completed(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    agent = Agent(FunctionModel(calls()))
+    with pytest.raises(TypeError):
+        await pydantic_ai.StoppableAgent(agent, runtime).run("go", session="s", no_such_kw=1)
+    assert settled(sink) == ["failed"]
+
+
+# --- a wrapped run cancelled from outside is a stop ---
+
+
+def sh_tool(run: Any) -> Any:
+    async def sh() -> str:
+        """Run a command."""
+        return str((await run(["bash", "-c", TERM_IGNORING_TREE])).output)
+
+    return sh
+
+
+async def cancel_from_outside(how: str, run: Any) -> None:
+    """Cancel the task awaiting ``run`` the way a caller does: a timeout, or a task group whose
+    sibling fails."""
+    if how == "wait_for":
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(run, 0.01)
+        return
+
+    async def sibling() -> None:
+        await until(lambda: len(marked_alive()) >= 3, what="the tree to start")
+        raise LookupError("a sibling failed")
+
+    async def group() -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(run)
+            tg.create_task(sibling())
+
+    with pytest.raises(ExceptionGroup):
+        await group()
+
+
+@pytest.mark.parametrize("how", ["wait_for", "task_group"])
+@pytest.mark.parametrize("framework", ["pydantic_ai", "openai_agents"])
+async def test_a_run_cancelled_from_outside_is_a_stop_bounded_by_the_grace_window(
+    runtime: Runtime, sink: MemorySink, how: str, framework: str
+) -> None:
+    if framework == "pydantic_ai":
+        agent = Agent(FunctionModel(calls(ToolCallPart("sh", {}, tool_call_id="p1"))))
+        agent.tool_plain(metadata={"turnwatch_class": "process"})(sh_tool(pydantic_ai.run_command))
+        run: Any = pydantic_ai.StoppableAgent(agent, runtime).run("go", session="s")
+    else:
+        tool = openai_agents.tool_class(
+            function_tool(sh_tool(openai_agents.run_command), name_override="sh"), "process"
+        )
+        sdk = SdkAgent(name="a", model=scripted(("sh", {}, "p1")), tools=[tool])
+        run = openai_agents.StoppableRunner(sdk, runtime).run("go", session="s")
+    started = asyncio.get_running_loop().time()
+    if how == "wait_for":
+        task = asyncio.ensure_future(run)
+        await until(lambda: len(marked_alive()) >= 3, what="the tree to start")
+        await cancel_from_outside(how, task)
+    else:
+        await cancel_from_outside(how, run)
+    # Bounded: the stop's walk ended the tree within its grace window, and the cancel went on.
+    assert asyncio.get_running_loop().time() - started < GRACE + CANCEL_SLACK_S + 10
+    assert marked_alive() == []
+    assert stop_sources(sink) == ["cancel"]
+    assert settled(sink) == ["aborted"]
+    assert outcomes(sink) == {"p1": "aborted"}
+    no_violations(sink)
+
+
+# --- the SDK: run_streamed() hands back the streamed run; its cancel() is the stop ---
+
+
+@pytest.mark.parametrize("mode", ["immediate", "after_turn"])
+async def test_sdk_run_streamed_cancel_is_the_stop(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path, mode: str
+) -> None:
+    target = tmp_path / "big"
+    write = function_tool(write_in_chunks, name_override="write")
+    agent = SdkAgent(
+        name="a", model=scripted(("write", {"path": str(target)}, "w1")), tools=[write]
+    )
+    stream = openai_agents.StoppableRunner(agent, runtime).run_streamed("go", session="s")
+    assert isinstance(stream.result, RunResultStreaming)
+
+    async def consume() -> None:
+        async for _ev in stream.stream_events():
+            pass
+
+    task = asyncio.ensure_future(consume())
+    await until(lambda: begun(target), what="the write to begin")
+    stream.cancel(mode)
+    with pytest.raises(openai_agents.RunStopped):
+        await task
+    assert target.stat().st_size == CHUNKS * len(CHUNK)  # awaited whole, either way
+    want = "completed_after_stop" if mode == "immediate" else "completed"
+    assert outcomes(sink) == {"w1": want}
+    assert stop_sources(sink) == ["framework"]
+    assert settled(sink) == ["aborted"]
+    no_violations(sink)

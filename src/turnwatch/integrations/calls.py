@@ -22,8 +22,9 @@ from typing import Any, NamedTuple
 
 from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.host import LocalHost
-from turnwatch.runtime.model import ToolClass, ToolResult
+from turnwatch.runtime.model import StopSource, ToolClass, ToolResult
 from turnwatch.runtime.protocol import HostResult, HostStatus, Started
+from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.runtime.tools.process import run_process
@@ -75,6 +76,29 @@ def require_async_process(name: str, cls: ToolClass, fn: object, run_command: st
         raise ToolClassError(
             f"tool {name!r}: a process tool must be async and start its commands with {run_command}"
         )
+
+
+#: How long past the grace window a wrapped run cancelled from outside waits for its stop's
+#: settlement before the cancel goes on (an awaited call may hold the turn longer: it settles
+#: when that call returns, as the ADR says, and the cancel is not held for it).
+CANCEL_SLACK_S = 1.0
+
+
+async def stop_on_cancel(runtime: Runtime, turn: Turn) -> None:
+    """The task running a wrapped run was cancelled from outside (``wait_for``, a task group,
+    Ctrl-C): that is a stop, source ``cancel``. Its walk runs at once; this waits for the turn's
+    settlement at most the grace window plus :data:`CANCEL_SLACK_S`, so the cancel stays bounded.
+    The caller re-raises the cancellation."""
+    if turn.settled.done():
+        return
+    stop: asyncio.Future[Any] = (
+        asyncio.ensure_future(
+            runtime.abort(turn.session.id, source=StopSource.CANCEL, turn=turn.id)
+        )
+        if not turn.stopping
+        else asyncio.shield(turn.settled)
+    )
+    await asyncio.wait((stop,), timeout=runtime.grace_s + CANCEL_SLACK_S)
 
 
 #: What a framework's model is told of an approval the stop came before (it is refused).

@@ -34,12 +34,13 @@ The SDK's gaps, and what the wrapper does about each:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import functools
 import hashlib
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -64,9 +65,10 @@ from turnwatch.integrations.calls import (
     dispatcher,
     require_async_process,
     run_command,
+    stop_on_cancel,
 )
 from turnwatch.runtime.gate import Answer
-from turnwatch.runtime.model import Outcome, ToolClass
+from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 
@@ -78,6 +80,7 @@ __all__ = [
     "FunctionSpans",
     "RunStopped",
     "StoppableRunner",
+    "StoppableStream",
     "ToolClassError",
     "run_command",
     "tool_class",
@@ -158,47 +161,36 @@ class StoppableRunner:
         """One turn of ``session`` (or the turn its approvals kept live), streamed to its end.
 
         Raises :class:`RunStopped` when a stop (``runtime.abort(session)``, or the SDK's own
-        ``cancel()`` of the run) ended it, once every call it started is released.
+        ``cancel()`` of the run) ended it, once every call it started is released. A cancel of
+        the task awaiting this is a stop too (source ``cancel``, bounded by the grace window).
         """
+        stream = self.run_streamed(input, session=session, **kwargs)
+        async for _event in stream.stream_events():
+            pass
+        return stream.result
+
+    def run_streamed(
+        self, input: str | list[Any] | RunState[Any], *, session: str, **kwargs: Any
+    ) -> StoppableStream:
+        """``Runner.run_streamed`` as one turn of ``session``: consume its
+        :meth:`~StoppableStream.stream_events`; its ``cancel()`` is the stop."""
         turn = self._awaiting.pop(session, None)
         if isinstance(input, RunState):
             self._answer(session, input)
         if turn is None or turn.settled.done():
             turn = self.runtime.start_turn(session)
-        loop = asyncio.get_running_loop()
-        loop.set_default_executor(DAEMONS)  # sync tools' threads: daemons
+        asyncio.get_running_loop().set_default_executor(DAEMONS)  # sync tools' threads: daemons
         token = _TURN.set(turn)
         try:
             result = Runner.run_streamed(self.agent, input, **kwargs)
+        except BaseException:
+            turn.settle(TurnOutcome.FAILED)  # nothing ran: no call of the turn can be in flight
+            raise
         finally:
             _TURN.reset(token)
         if turn.traceparent is None:
             turn.traceparent = _traceparent(result.trace)
-
-        def cancel() -> None:
-            result.cancel("immediate")
-
-        turn.on_stop.append(cancel)
-        try:
-            async for _event in result.stream_events():
-                pass
-        except BaseException:
-            await turn.finish()
-            raise
-        finally:
-            turn.on_stop.remove(cancel)
-        cancelled = getattr(result, "_cancel_mode", "none") != "none"  # the SDK's own cancel()
-        if turn.stopping or cancelled:
-            if not turn.stopping:  # the SDK's own cancel: the same walk
-                await self.runtime.abort(session, source="api", turn=turn.id)
-            await turn.finish()
-            raise RunStopped(f"the run of session {session} was stopped")
-        if result.interruptions:
-            self._ask(turn, result.interruptions)
-            self._awaiting[session] = turn
-            return result
-        await turn.finish()
-        return result
+        return StoppableStream(self, turn, result)
 
     async def _invoke(self, tool: FunctionTool, ctx: ToolContext[Any], input_json: str) -> Any:
         """The SDK's call of ``tool``, run as a turnwatch call of the run's turn."""
@@ -226,8 +218,10 @@ class StoppableRunner:
         # Refused, discarded or aborted: the run is being cancelled; the model never sees this.
         return f"TOOL_ABORTED: {result.outcome}"
 
-    def _ask(self, turn: Turn, items: Sequence[ToolApprovalItem]) -> None:
-        """Each approval the run waits for, a permission prompt on the turn."""
+    def ask(self, turn: Turn, items: Sequence[ToolApprovalItem]) -> None:
+        """Each approval the run waits for, a permission prompt on the turn, which stays live
+        until the run is resumed."""
+        self._awaiting[turn.session.id] = turn
         for item in items:
             call_id = item.call_id
             if call_id is None or item.tool_name is None:
@@ -271,6 +265,68 @@ def _function(tool: FunctionTool) -> object:
         return tool.__wrapped__
     except AttributeError:
         return tool.on_invoke_tool
+
+
+class StoppableStream:
+    """A wrapped streamed run: the SDK's :attr:`result`, whose events :meth:`stream_events`
+    yields, and whose :meth:`cancel` is the ADR's stop.
+
+    ``cancel("immediate")`` (the default) runs the stop's walk at once; ``cancel("after_turn")``
+    lets the SDK finish its model turn's calls, and the run's end is then the stop. A cancel of
+    the task consuming the events is a stop too (source ``cancel``, bounded by the grace window).
+    Every other attribute is the SDK result's.
+    """
+
+    def __init__(self, runner: StoppableRunner, turn: Turn, result: RunResultStreaming) -> None:
+        self.runner, self.turn, self.result = runner, turn, result
+        self._stop: asyncio.Task[Any] | None = None
+        turn.on_stop.append(self._cancel_sdk)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
+
+    def _cancel_sdk(self) -> None:
+        self.result.cancel("immediate")
+
+    def cancel(self, mode: str = "immediate") -> None:
+        """Stop the run: ``immediate`` (the walk, now) or ``after_turn`` (the SDK's own)."""
+        if mode == "after_turn" and not self.turn.stopping:
+            self.result.cancel("after_turn")
+            return
+        if mode not in ("immediate", "after_turn"):
+            raise ValueError(f"cancel mode {mode!r}: immediate or after_turn")
+        if self._stop is None and not self.turn.stopping:
+            rt, turn = self.runner.runtime, self.turn
+            self._stop = asyncio.ensure_future(
+                rt.abort(turn.session.id, source=StopSource.FRAMEWORK, turn=turn.id)
+            )
+
+    async def stream_events(self) -> AsyncIterator[Any]:
+        """The SDK's events; at the end, the turn's end (:class:`RunStopped` if it was
+        stopped, once every call is released)."""
+        turn, rt = self.turn, self.runner.runtime
+        try:
+            async for event in self.result.stream_events():
+                yield event
+        except asyncio.CancelledError:
+            await stop_on_cancel(rt, turn)
+            raise
+        except BaseException:
+            await turn.finish(TurnOutcome.FAILED)
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                turn.on_stop.remove(self._cancel_sdk)
+        cancelled = getattr(self.result, "_cancel_mode", "none") != "none"  # the SDK's cancel()
+        if turn.stopping or cancelled:
+            if not turn.stopping:  # the SDK's own cancel: the same walk
+                await rt.abort(turn.session.id, source=StopSource.FRAMEWORK, turn=turn.id)
+            await turn.finish()
+            raise RunStopped(f"the run of session {turn.session.id} was stopped")
+        if self.result.interruptions:
+            self.runner.ask(turn, self.result.interruptions)
+            return
+        await turn.finish()
 
 
 def _args(raw: Any) -> dict[str, Any]:

@@ -19,12 +19,14 @@ Every tool runs under the policy of its class, from its metadata (``{"turnwatch_
   only once they returned.
 
 A stop is ``rt.abort(session)`` from anywhere (the UI, the control socket, the watchdog): it
-cancels the run through pydantic-ai's own ``CancellationToken`` and returns when every call is
-released; ``run()`` then raises ``RunCancelled``. A cancel of the framework's own (the token,
-``RunContext.cancel()``) runs the same walk. Approvals (``requires_approval=True``) are turnwatch
-permission prompts: a run that ends asking for them keeps its turn live ("processing") until they
-are answered through the next ``run(deferred_tool_results=...)``; an answer after a stop is
-refused, the run gets ``ToolDenied``, and the ledger records ``permission.late``.
+cancels the run the framework's own way (``RunContext.cancel()`` of that run alone) and returns
+when every call is released; ``run()`` then raises ``RunCancelled``. A cancel of the framework's
+own (a ``cancellation_token=`` of yours, ``RunContext.cancel()``, ``timeout=``) runs the same walk
+(source ``framework``), and so does a cancel of the task awaiting ``run()`` (source ``cancel``).
+Approvals (``requires_approval=True``) are turnwatch permission prompts: a run that ends asking
+for them keeps its turn live ("processing") until they are answered through the next
+``run(deferred_tool_results=...)``; an answer after a stop is refused, the run gets
+``ToolDenied``, and the ledger records ``permission.late``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from typing import Any, Generic, TypeVar
 from opentelemetry import trace
 from pydantic_ai import (
     Agent,
-    CancellationToken,
     DeferredToolRequests,
     DeferredToolResults,
     ToolApproved,
@@ -61,9 +62,10 @@ from turnwatch.integrations.calls import (
     dispatcher,
     require_async_process,
     run_command,
+    stop_on_cancel,
 )
 from turnwatch.runtime.gate import Answer
-from turnwatch.runtime.model import Outcome, Phase, ToolClass
+from turnwatch.runtime.model import Outcome, Phase, StopSource, ToolClass, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 
@@ -106,8 +108,21 @@ class _Wrap(AbstractCapability[Any]):
 
     owner: StoppableAgent[Any, Any]
     turn: Turn
+    #: The run's context, once it runs: a stop cancels this run alone through it (never a
+    #: token the user may share between runs).
+    run_ctx: RunContext[Any] | None = None
+    stopped: bool = False
+
+    def stop(self) -> None:
+        """The turn's stop reached the run (the walk follows in the same step)."""
+        self.stopped = True
+        if self.run_ctx is not None:
+            self.run_ctx.cancel()
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
+        self.run_ctx = ctx
+        if self.stopped:  # the stop came as the run started
+            ctx.cancel()
         # The run's span (pydantic-ai's invoke_agent, when instrumented) is the stop's parent.
         span = trace.get_current_span().get_span_context()
         if span.is_valid and self.turn.traceparent is None:
@@ -175,38 +190,50 @@ class StoppableAgent(Generic[Deps, Out]):
         *,
         session: str,
         deferred_tool_results: DeferredToolResults | None = None,
+        capabilities: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> AgentRunResult[Any]:
-        """``Agent.run`` as one turn of ``session`` (or the turn its approvals kept live)."""
+        """``Agent.run`` as one turn of ``session`` (or the turn its approvals kept live).
+
+        Every keyword of ``Agent.run`` composes with the wrapper's: ``capabilities=`` run beside
+        its own, and a ``cancellation_token=`` of the user's cancels the run as pydantic-ai does,
+        which is then a stop with the same walk (source ``framework``); the wrapper's stop
+        cancels this run alone, never the user's token. A run whose task is cancelled from
+        outside is a stop too (source ``cancel``, bounded: :func:`stop_on_cancel`); one that
+        raises (a bad keyword, a model error) settles its turn ``failed``.
+        """
         turn = self._awaiting.pop(session, None)
         if deferred_tool_results is not None and deferred_tool_results.approvals:
             deferred_tool_results = self._answer(session, deferred_tool_results)
         if turn is None or turn.settled.done():
             turn = self.runtime.start_turn(session)
-        token = CancellationToken()
-        turn.on_stop.append(token.cancel)
+        wrap = _Wrap(self, turn)
+        turn.on_stop.append(wrap.stop)
         try:
             # The executor through the framework's context manager rather than its capability:
             # each run capability costs every hook of the run a context copy (measured).
             with Agent.using_thread_executor(DAEMONS):
                 result: AgentRunResult[Any] = await self.agent.run(
                     user_prompt,
-                    cancellation_token=token,
                     deferred_tool_results=deferred_tool_results,
-                    capabilities=[_Wrap(self, turn)],
+                    capabilities=[*(capabilities or ()), wrap],
                     **kwargs,
                 )
         except RunCancelled:
             if not turn.stopping:  # the framework's own cancel: the same walk
-                await self.runtime.abort(session, source="api", turn=turn.id)
+                await self.runtime.abort(session, source=StopSource.FRAMEWORK, turn=turn.id)
             await turn.finish()
+            raise
+        except asyncio.CancelledError:
+            self._unclaimed(session)
+            await stop_on_cancel(self.runtime, turn)
             raise
         except BaseException:
             self._unclaimed(session)
-            await turn.finish()
+            await turn.finish(TurnOutcome.FAILED)
             raise
         finally:
-            turn.on_stop.remove(token.cancel)
+            turn.on_stop.remove(wrap.stop)
         output = result.output
         if isinstance(output, DeferredToolRequests) and output.approvals:
             self._ask(turn, output.approvals)

@@ -441,7 +441,15 @@ class Call:
             res = await run()
         except asyncio.CancelledError:
             if not self._took_back(task):
-                self.finish(Outcome.FAILED, error="the requester's task was cancelled")
+                # Its requester stopped waiting (a framework's own cancel, a cancel from
+                # outside): a read-only result nobody will read is discarded, as a race's is.
+                self.abandon()
+                self.finish(
+                    Outcome.DISCARDED,
+                    output="",
+                    error_code=names.TOOL_ABORTED,
+                    error="the requester's task was cancelled",
+                )
                 raise
         except Exception as exc:
             self._took_back(task)  # a race whose cancel the tool turned into an error

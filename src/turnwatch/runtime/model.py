@@ -106,6 +106,12 @@ class StopSource(StrEnum):
     API = "api"
     CLI = "cli"
     WATCHDOG = "watchdog"
+    #: The framework's own cancel of a wrapped run (a user's token, ``RunContext.cancel()``,
+    #: the SDK's ``cancel()``).
+    FRAMEWORK = "framework"
+    #: The task running a wrapped run was cancelled from outside (``wait_for``, a task group,
+    #: Ctrl-C).
+    CANCEL = "cancel"
 
 
 class Receipt(StrEnum):

@@ -27,7 +27,7 @@ class AbortRecord:
     turn: str
     call_id: str
     tool: str
-    source: str  # who stopped: ui, keyboard, api, cli, watchdog
+    source: str  # who stopped: a StopSource's value
     at_mono: float  # when the record arrived (monotonic seconds)
 
 

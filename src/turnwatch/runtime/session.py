@@ -270,13 +270,14 @@ class Turn:
 
     # --- settlement ---
 
-    async def finish(self) -> TurnOutcome:
-        """The agent loop is done: settle the turn (or join the stop that is settling it)."""
+    async def finish(self, outcome: TurnOutcome = TurnOutcome.COMPLETED) -> TurnOutcome:
+        """The agent loop is done: settle the turn with ``outcome`` once its calls are resolved
+        (``failed``: the loop raised), or join the stop that is settling it."""
         if self.stop_task is not None or self.settled.done():
             return await asyncio.shield(self.settled)
         await self.wait_idle()
         if not self.settled.done() and self.stop_task is None:
-            self.settle(TurnOutcome.COMPLETED)
+            self.settle(outcome)
         return await asyncio.shield(self.settled)
 
     def settle(self, outcome: TurnOutcome) -> None:
