@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from agents import Agent as SdkAgent
-from agents import function_tool
+from agents import function_tool, handoff
 from agents.result import RunResultStreaming
 from pydantic_ai import Agent, CancellationToken
 from pydantic_ai.capabilities import AbstractCapability
@@ -350,4 +350,37 @@ async def test_sdk_run_streamed_cancel_is_the_stop(
     assert outcomes(sink) == {"w1": want}
     assert stop_sources(sink) == ["framework"]
     assert settled(sink) == ["aborted"]
+    no_violations(sink)
+
+
+# --- the SDK: handoffs reach agents whose tools are wrapped too ---
+
+
+@pytest.mark.parametrize("as_object", [False, True], ids=["agent", "handoff()"])
+async def test_sdk_a_handoffs_target_runs_its_tools_as_calls_of_the_run(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path, as_object: bool
+) -> None:
+    target = tmp_path / "big"
+    write = function_tool(write_in_chunks, name_override="write")
+    writer = SdkAgent(
+        name="writer", model=scripted(("write", {"path": str(target)}, "w1")), tools=[write]
+    )
+    triage = SdkAgent(
+        name="triage",
+        model=scripted(("transfer_to_writer", {}, "h1")),
+        handoffs=[handoff(writer) if as_object else writer],
+    )
+    writer.handoffs = [triage]  # a cycle: each agent is wrapped once
+    run = asyncio.ensure_future(
+        openai_agents.StoppableRunner(triage, runtime).run("go", session="s")
+    )
+    await until(lambda: begun(target), what="the writer's write to begin")
+    assert await runtime.abort("s") is Receipt.ACCEPTED
+    # abort() returned once the write was whole: the walk saw it, and awaited it.
+    assert target.stat().st_size == CHUNKS * len(CHUNK)
+    with pytest.raises(openai_agents.RunStopped):
+        await run
+    walk = next(e for e in sink if e.kind == names.ABORT_WALK_STARTED)
+    assert walk.attrs[names.K_INFLIGHT] == 1
+    assert outcomes(sink) == {"w1": "completed_after_stop"}
     no_violations(sink)

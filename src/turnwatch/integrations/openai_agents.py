@@ -15,10 +15,13 @@ The SDK's gaps, and what the wrapper does about each:
 - Sync function tools run through ``asyncio.to_thread``, whose threads outlive a cancel and keep
   the interpreter from exiting: the wrapper sets the running loop's default executor to one of
   daemon threads (for the loop's life: ``to_thread`` elsewhere gets daemon threads too).
-- Each ``FunctionTool`` runs under the policy of its class, from :func:`tool_class` or
-  ``classes=`` (else ``default_class``, ``mutating``, so a tool nobody classified is never
-  abandoned): ``read_only`` raced and discarded, ``process`` tools (async, starting commands with
-  :func:`run_command`) terminated after the grace window, ``mutating`` and ``extension`` awaited.
+- Each ``FunctionTool`` of the agent, and of every agent its handoffs reach (recursively, cycles
+  allowed; a ``handoff()`` object's agent once the handoff happens), runs under the policy of its
+  class, from :func:`tool_class` or ``classes=`` (else ``default_class``, ``mutating``, so a tool
+  nobody classified is never abandoned): ``read_only`` raced and discarded, ``process`` tools
+  (async, starting commands with :func:`run_command`) terminated after the grace window,
+  ``mutating`` and ``extension`` awaited. An agent used ``as_tool`` is one call of its parent's
+  (class ``mutating`` unless said): its own tools are not wrapped.
 - ``needs_approval`` tools: the run's interruptions are turnwatch permission prompts, and the turn
   stays live until the run is resumed. An approval given after a stop (``RunState.approve``,
   whoever calls it) is refused when the run resumes: the call is rejected, and the ledger
@@ -45,7 +48,15 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from agents import Agent, FunctionTool, Runner, RunState, ToolApprovalItem, add_trace_processor
+from agents import (
+    Agent,
+    FunctionTool,
+    Handoff,
+    Runner,
+    RunState,
+    ToolApprovalItem,
+    add_trace_processor,
+)
 from agents.result import RunResultStreaming
 from agents.tool_context import ToolContext
 from agents.tracing import FunctionSpanData, Trace, TracingProcessor
@@ -131,25 +142,61 @@ class StoppableRunner:
         classes: Mapping[str, ToolClass | str] | None = None,
     ) -> None:
         self.runtime = runtime
-        default = class_of("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
-        given = dict(classes or {})
+        self._default = class_of("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
+        self._given = dict(classes or {})
         self.classes: dict[str, ToolClass] = {}
+        self.dispatch = dispatcher(runtime.host, "StoppableRunner")
+        # Every agent reachable by handoffs (cycles allowed) is wrapped once: id → its clone.
+        self._wrapped: dict[int, Agent[Any]] = {}
+        self.agent = self._wrap(agent)
+        unknown = set(self._given) - set(self.classes)
+        if unknown:
+            raise ToolClassError(f"classes= names tools the agent does not have: {sorted(unknown)}")
+        self._awaiting: dict[str, Turn] = {}  # sessions whose turn waits for approvals
+        FunctionSpans.install()
+
+    def _wrap(self, agent: Agent[Any]) -> Agent[Any]:
+        """``agent`` with its function tools run as turnwatch calls, and its handoffs' agents
+        wrapped the same way (a handoff to an agent reached only at run time, when it happens)."""
+        known = self._wrapped.get(id(agent))
+        if known is not None:
+            return known
+        clone = agent.clone()
+        self._wrapped[id(agent)] = clone  # before the handoffs: a cycle ends here
         tools: list[Any] = []
         for tool in agent.tools:
             if isinstance(tool, FunctionTool):
-                declared = given.pop(tool.name, getattr(tool, CLASS_KEY, None))
-                cls = class_of(tool.name, {CLASS_KEY: declared}, default)
-                require_async_process(tool.name, cls, _function(tool), f"{__name__}.run_command")
-                self.classes[tool.name] = cls
+                self._classify(tool)  # the original: tool_class() marked it, not its copy
                 tool = dataclasses.replace(tool, on_invoke_tool=self._invoker(tool))
             tools.append(tool)
-        if given:
-            raise ToolClassError(f"classes= names tools the agent does not have: {sorted(given)}")
-        self.agent = agent.clone(tools=tools)
-        self.dispatch = dispatcher(runtime.host, "StoppableRunner")
-        self.dispatch.add_tools(list(self.classes))
-        self._awaiting: dict[str, Turn] = {}  # sessions whose turn waits for approvals
-        FunctionSpans.install()
+        clone.tools = tools
+        clone.handoffs = [self._wrap_handoff(h) for h in agent.handoffs]
+        return clone
+
+    def _classify(self, tool: FunctionTool) -> None:
+        declared = self._given.get(tool.name, getattr(tool, CLASS_KEY, None))
+        cls = class_of(tool.name, {CLASS_KEY: declared}, self._default)
+        require_async_process(tool.name, cls, _function(tool), f"{__name__}.run_command")
+        if self.classes.get(tool.name, cls) is not cls:
+            raise ToolClassError(
+                f"tool {tool.name!r}: two agents' tools of that name have different classes"
+            )
+        if tool.name not in self.classes:
+            self.classes[tool.name] = cls
+            self.dispatch.add_tools([tool.name])
+
+    def _wrap_handoff(self, handoff: Any) -> Any:
+        if isinstance(handoff, Agent):
+            return self._wrap(handoff)
+        if not isinstance(handoff, Handoff):
+            return handoff
+        invoke = handoff.on_invoke_handoff
+
+        async def to_wrapped(ctx: Any, input_json: str) -> Any:
+            target = await invoke(ctx, input_json)
+            return self._wrap(target) if isinstance(target, Agent) else target
+
+        return dataclasses.replace(handoff, on_invoke_handoff=to_wrapped)
 
     def _invoker(self, tool: FunctionTool) -> Any:
         """``tool``'s invoker: :meth:`_invoke` bound to it (see :func:`typed_invoker`)."""

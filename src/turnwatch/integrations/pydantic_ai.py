@@ -127,7 +127,10 @@ class _Wrap(AbstractCapability[Any]):
         span = trace.get_current_span().get_span_context()
         if span.is_valid and self.turn.traceparent is None:
             self.turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
-        return await handler()
+        try:
+            return await handler()
+        finally:
+            self.run_ctx = None  # the run's whole context: not kept past the run
 
     async def wrap_tool_execute(
         self,
