@@ -115,6 +115,7 @@ K_DURATION_MS: Final = "duration_ms"
 K_BACKGROUND: Final = "background"
 K_ARGS: Final = "args"
 K_PROJECT: Final = "project"
+K_PARENT_SESSION: Final = "parent_session"
 #: Every key an event's ``attrs`` may carry: a producer emitting another is a defect.
 EVENT_ATTRIBUTES: Final = frozenset(
     {
@@ -162,6 +163,7 @@ EVENT_ATTRIBUTES: Final = frozenset(
         K_BACKGROUND,
         K_ARGS,
         K_PROJECT,
+        K_PARENT_SESSION,
     }
 )
 

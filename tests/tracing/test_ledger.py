@@ -19,7 +19,7 @@ from tests.conftest import wait_until
 from turnwatch import names
 from turnwatch.runtime.events import now_event
 from turnwatch.tracing import view
-from turnwatch.tracing.ledger import Ledger, LedgerError, connect, read_events
+from turnwatch.tracing.ledger import SCHEMA_VERSION, Ledger, LedgerError, connect, read_events
 from turnwatch.tracing.paths import default_path
 
 #: Columns 0.1.0 (schema 1) did not have.
@@ -44,7 +44,9 @@ def test_events_are_committed_in_order_with_wal(tmp_path: Path) -> None:
     conn = connect(path, readonly=True)
     assert [e.attrs["i"] for _s, e in read_events(conn)] == [0, 1, 2, 3, 4]
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(
+        SCHEMA_VERSION
+    )
 
 
 def test_a_schema_1_ledger_is_read_as_it_is_and_upgraded_by_a_writer(tmp_path: Path) -> None:
@@ -82,7 +84,9 @@ def test_a_schema_1_ledger_is_read_as_it_is_and_upgraded_by_a_writer(tmp_path: P
     )
     ledger.close()
     new = connect(path, readonly=True)
-    assert new.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+    assert new.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(
+        SCHEMA_VERSION
+    )
     (row,) = view.sessions(new)
     assert row.calls[0].lingering == [(4242, 1.5)]
     assert row.calls[0].procs_live

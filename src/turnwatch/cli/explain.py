@@ -68,6 +68,9 @@ class Explanation:
     source: str | None = None  # who wrote the session's events (an agent CLI), when known
     #: What a reader should know of the calls that holds nothing (a process call uncontained).
     notes: list[str] = field(default_factory=list)
+    #: The session whose run started this one (a nested run), and the runs this one started.
+    parent: str | None = None
+    children: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> float:
@@ -102,6 +105,8 @@ def build(
         stop_at,
     )
     ex.source = view.producer(conn, session)
+    ex.parent = stop.parent_session if stop is not None else None
+    ex.children = view.children(conn, session)
     for st in steps:
         for move in st.moves:
             if move in _STEP_LABEL and not (
@@ -240,6 +245,11 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         (f"  {ex.source}  " if ex.source and ex.mode == "unknown" else f"  mode {ex.mode}  ", ""),
         (ex.state, "bold red" if ex.state == names.STATE_PINNED else "green"),
     )
+    tree = []
+    if ex.parent:
+        tree.append(Text.assemble(("nested run of session ", "dim"), (ex.parent, "cyan")))
+    if ex.children:
+        tree.append(Text.assemble(("nested runs: ", "dim"), (", ".join(ex.children), "cyan")))
     steps = Table(box=None, show_header=True, pad_edge=False)
     for col in ("offset", "step", ""):
         steps.add_column(col)
@@ -267,7 +277,7 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         )
         wf.add_row(*cells, t.outcome, released, _bar(t, total, bar_w))
     legend = Text("timeline: ░ ran unaware of the stop  █ stopping  ✕ never began", style="dim")
-    parts: list[object] = [head, Text(""), steps, Text(""), wf, legend]
+    parts: list[object] = [head, *tree, Text(""), steps, Text(""), wf, legend]
     parts += [Text(f"note: {n}", style="yellow") for n in ex.notes]
     if ex.reasons:
         parts += [Text(""), Text("What still holds the session:", style="bold red")]

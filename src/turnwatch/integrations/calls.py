@@ -105,6 +105,13 @@ async def stop_on_cancel(runtime: Runtime, turn: Turn) -> None:
 STOPPED = "The user stopped the turn before this call was approved."
 
 
+#: The turn of the wrapped run whose code runs here: set around each wrapped run, so its tools
+#: (which run in the framework's context, copied) see it, and a wrapped run started inside one
+#: is that turn's nested run (``Runtime.start_turn(parent=)``).
+RUN_TURN: contextvars.ContextVar[Turn | None] = contextvars.ContextVar(
+    "turnwatch_run_turn", default=None
+)
+
 _CURRENT: contextvars.ContextVar[Slot | None] = contextvars.ContextVar(
     "turnwatch_call", default=None
 )

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import functools
 import hashlib
@@ -68,6 +67,7 @@ from turnwatch import names
 from turnwatch.integrations.calls import (
     CLASS_KEY,
     DAEMONS,
+    RUN_TURN,
     STOPPED,
     CommandAbortedError,
     CommandResult,
@@ -99,7 +99,7 @@ __all__ = [
 ]
 
 #: The turn a run's tool calls belong to: set around the run, copied into the SDK's run task.
-_TURN: contextvars.ContextVar[Turn | None] = contextvars.ContextVar("turnwatch_turn", default=None)
+_TURN = RUN_TURN
 
 
 _INVOKER_SIGNATURE = inspect.Signature(
@@ -225,7 +225,7 @@ class StoppableRunner:
         if isinstance(input, RunState):
             self._answer(session, input)
         if turn is None or turn.settled.done():
-            turn = self.runtime.start_turn(session)
+            turn = self.runtime.start_turn(session, parent=_TURN.get())
         asyncio.get_running_loop().set_default_executor(DAEMONS)  # sync tools' threads: daemons
         token = _TURN.set(turn)
         try:

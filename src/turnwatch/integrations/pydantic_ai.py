@@ -54,6 +54,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from turnwatch.integrations.calls import (
     CLASS_KEY,
     DAEMONS,
+    RUN_TURN,
     STOPPED,
     CommandAbortedError,
     CommandResult,
@@ -209,9 +210,10 @@ class StoppableAgent(Generic[Deps, Out]):
         if deferred_tool_results is not None and deferred_tool_results.approvals:
             deferred_tool_results = self._answer(session, deferred_tool_results)
         if turn is None or turn.settled.done():
-            turn = self.runtime.start_turn(session)
+            turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
         wrap = _Wrap(self, turn)
         turn.on_stop.append(wrap.stop)
+        running = RUN_TURN.set(turn)
         try:
             # The executor through the framework's context manager rather than its capability:
             # each run capability costs every hook of the run a context copy (measured).
@@ -237,6 +239,7 @@ class StoppableAgent(Generic[Deps, Out]):
             raise
         finally:
             turn.on_stop.remove(wrap.stop)
+            RUN_TURN.reset(running)
         output = result.output
         if isinstance(output, DeferredToolRequests) and output.approvals:
             self._ask(turn, output.approvals)

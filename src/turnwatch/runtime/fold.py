@@ -118,6 +118,8 @@ class SessionState:
     #: Who measured the stop's stop → idle, once: ``browser`` (its click to its idle) or
     #: ``server`` (the stop's start to the server's processing.cleared).
     idle_by: str | None = None
+    #: The session whose wrapped run started this one from a tool (a nested run), if any.
+    parent_session: str | None = None
 
     @property
     def stopped(self) -> bool:
@@ -309,6 +311,7 @@ def _runtime(s: SessionState, ev: Event) -> tuple[Move, ...]:
     s.runtime_create_time = a.get(names.K_CREATE_TIME)
     s.control = a.get(names.K_CONTROL)
     s.mode = a.get(names.K_MODE) or s.mode
+    s.parent_session = a.get(names.K_PARENT_SESSION) or s.parent_session
     return (Move.SESSION,)
 
 
@@ -318,6 +321,7 @@ def _older(s: SessionState, ev: Event) -> bool:
 
 
 def _turn(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    s.parent_session = ev.attrs.get(names.K_PARENT_SESSION) or s.parent_session
     s.turn = ev.turn
     s.turn_started = ev.ts_unix
     s.processing = 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -115,8 +116,9 @@ class Runtime:
 
     # --- sessions and turns ---
 
-    def open_session(self, session_id: str) -> Session:
-        """Open (or return) a session; announces this runtime in ``runtime.started``."""
+    def open_session(self, session_id: str, *, parent_session: str | None = None) -> Session:
+        """Open (or return) a session; announces this runtime in ``runtime.started``
+        (``parent_session``: the session whose run started this one, for a nested run)."""
         if session_id in self.sessions:
             return self.sessions[session_id]
         sess = Session(self.env, session_id)
@@ -129,6 +131,8 @@ class Runtime:
         }
         if self.control:
             attrs[names.K_CONTROL] = self.control
+        if parent_session is not None:
+            attrs[names.K_PARENT_SESSION] = parent_session
         self.emit(names.RUNTIME_STARTED, session_id, attrs=attrs)
         return sess
 
@@ -142,12 +146,24 @@ class Runtime:
                 f"{closest(session_id, list(self.sessions))}"
             ) from None
 
-    def start_turn(self, session_id: str, turn_id: str | None = None) -> Turn:
-        """Start the session's next turn; the session is ``processing`` until it settles."""
-        sess = self.open_session(session_id)  # the existing one, or a new one announced
+    def start_turn(
+        self, session_id: str, turn_id: str | None = None, *, parent: Turn | None = None
+    ) -> Turn:
+        """Start the session's next turn; the session is ``processing`` until it settles.
+
+        ``parent``: the live turn whose tool started this one (a nested run, of this runtime or
+        another). Its events name the parent's session, and a stop of the parent stops this
+        turn first: the parent settles only after it.
+        """
+        parent_session = parent.session.id if parent is not None else None
+        # The existing session, or a new one announced.
+        sess = self.open_session(session_id, parent_session=parent_session)
         if sess.live is not None:
             raise TurnBusyError(f"session {session_id!r} already has live turn {sess.live.id!r}")
-        return sess.start_turn(turn_id)
+        turn = sess.start_turn(turn_id, parent_session=parent_session)
+        if parent is not None:
+            parent.adopt(turn, functools.partial(self.abort, session_id, turn=turn.id))
+        return turn
 
     # --- calls ---
 
@@ -272,6 +288,7 @@ class Runtime:
                 callback()
             except Exception:  # the walk is under way: a framework's failing cancel cannot stop it
                 _log.exception("a stop callback of turn %s failed", live.id)
+        live.stop_children(src)  # nested runs first: the turn settles after they have
         # The walk now, in this step: a call admitted in the same tick finds its stop before it
         # can start, and no call waits a loop step for its handler.
         if self.rules.signal is not None and src is not StopSource.WATCHDOG:
@@ -283,7 +300,9 @@ class Runtime:
         return Receipt.ACCEPTED
 
     async def _settle(self, turn: Turn) -> None:
-        """After the walk: the turn settles once every call is resolved."""
+        """After the walk: the turn settles once its nested runs have and every call is
+        resolved."""
+        await turn.children_stopped()
         await turn.wait_idle()
         if turn.lingering is not None:
             await turn.lingering

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from turnwatch.runtime.model import (
     Outcome,
     Phase,
     Receipt,
+    StopSource,
     ToolClass,
     ToolResult,
     TurnOutcome,
@@ -82,6 +83,10 @@ class Turn:
         self.traceparent: str | None = None
         # Called once, when the first stop reaches the turn (an agent framework's own cancel).
         self.on_stop: list[Callable[[], object]] = []
+        # Nested runs started by this turn's tools: each child turn and its stop; and the
+        # stops of those still live when this turn's stop began (it settles after them).
+        self._children: list[tuple[Turn, Callable[..., Coroutine[Any, Any, object]]]] = []
+        self._child_stops: list[asyncio.Task[object]] = []
         # Calls whose permission is asked whatever ask_permission says (a framework's approval).
         self._ask: dict[str, bool] = {}
         self._seq = itertools.count(1)
@@ -90,6 +95,29 @@ class Turn:
     def stopping(self) -> bool:
         """True once a stop reached the turn."""
         return self.stop_task is not None
+
+    def adopt(self, child: Turn, stop: Callable[..., Coroutine[Any, Any, object]]) -> None:
+        """``child`` is a nested run's turn, started by one of this turn's tools; ``stop``
+        (``source=``) stops it."""
+        self._children = [(t, s) for t, s in self._children if not t.settled.done()]
+        self._children.append((child, stop))
+
+    def stop_children(self, source: StopSource) -> None:
+        """This turn's stop began: stop its nested runs still live, with the same source."""
+        loop = asyncio.get_running_loop()
+        self._child_stops = [
+            loop.create_task(stop(source=source), name=f"stop {child.id} (nested)")
+            for child, stop in self._children
+            if not child.settled.done()
+        ]
+        self._children.clear()
+
+    async def children_stopped(self) -> None:
+        """Until the nested runs this turn's stop stopped have settled (an error in one is
+        theirs, logged where it happened: the parent still settles)."""
+        if self._child_stops:
+            await asyncio.gather(*self._child_stops, return_exceptions=True)
+            self._child_stops.clear()
 
     def next_call_id(self) -> str:
         """A call id never used in this session: the turn id is never reused."""
@@ -314,7 +342,7 @@ class Session:
         if sink is not None:
             sink(now_event(kind, self.id, turn=turn, attrs=attrs))
 
-    def start_turn(self, turn_id: str | None = None) -> Turn:
+    def start_turn(self, turn_id: str | None = None, *, parent_session: str | None = None) -> Turn:
         """The next turn, live at once: the session is ``processing`` until it settles."""
         tid = turn_id or f"{self.id}.t{next(self._turn_seq)}"
         if tid in self.turns:
@@ -323,7 +351,10 @@ class Session:
         self.turns[tid] = turn
         self.live = turn
         self.processing = True
-        self.emit(names.TURN_STARTED, tid, {names.K_MODE: self.env.mode.value})
+        attrs = {names.K_MODE: self.env.mode.value}
+        if parent_session is not None:
+            attrs[names.K_PARENT_SESSION] = parent_session
+        self.emit(names.TURN_STARTED, tid, attrs)
         return turn
 
     @property

@@ -32,7 +32,7 @@ log = logging.getLogger("turnwatch.ledger")
 
 #: 2 added the calls' containment columns; 3 the fold's stop and abort instants (rpc_ts,
 #: walk_ts, stop_mono, abort_mono, done_ts). A writer adds what an older ledger lacks.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION = "turnwatch"
 BATCH_MAX = 2000
 #: With fewer events than this waiting, the writer sleeps LINGER_S first, to let a batch gather.

@@ -248,3 +248,11 @@ def producer(conn: sqlite3.Connection, session: str) -> str | None:
         (session, names.RUNTIME_STARTED),
     ).fetchone()
     return row[0] if row and isinstance(row[0], str) else None
+
+
+def children(conn: sqlite3.Connection, session: str) -> list[str]:
+    """The sessions whose runs ``session``'s tools started (nested runs), by id."""
+    rows = conn.execute(
+        "SELECT session FROM sessions WHERE parent_session = ? ORDER BY session", (session,)
+    )
+    return [r[0] for r in rows]
