@@ -289,3 +289,11 @@ async def test_a_stop_that_meets_an_answer_just_given_takes_it_as_the_result(
     assert call.handler is not None  # the stop did meet the call running
     await call.handler  # and its handler found it resolved, without failing
     assert check_invariants(sink.events) == []
+
+
+async def test_call_handle_phase_is_a_deprecated_alias_of_state(rt: Runtime) -> None:
+    turn = rt.start_turn("s")
+    handle = turn.request("Read", {"path": "/nonexistent"})
+    with pytest.warns(DeprecationWarning, match="use CallHandle.state"):
+        assert handle.phase is handle.state
+    await handle.result()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import view
 from turnwatch.tracing.eventsapi import bearer_ok, same_origin
 from turnwatch.tracing.ledger import LedgerError, connect
@@ -48,7 +49,7 @@ Stop = Callable[[str, str | None], str]
 SCAN_EVERY_S = 1.0
 
 
-class StopFailed(Exception):
+class StopFailed(TurnwatchError):
     """The session's runtime could not be reached, or answered with an error."""
 
 

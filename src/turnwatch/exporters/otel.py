@@ -36,6 +36,8 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from turnwatch.runtime.model import TurnwatchError
+
 GROUP: Final = "opentelemetry_traces_exporter"
 # The SDK's own names for the two OTLP exporters, by OTLP protocol (opentelemetry-sdk's
 # _configuration does the same mapping, but privately and with a gRPC default).
@@ -50,7 +52,7 @@ COOL_DOWN_S: Final = 30.0
 Say = Callable[[str], None]
 
 
-class ExporterConfigError(Exception):
+class ExporterConfigError(TurnwatchError):
     """The environment asks for an exporter or protocol that cannot be had (one line)."""
 
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.host import LocalHost
-from turnwatch.runtime.model import StopSource, ToolClass, ToolResult
+from turnwatch.runtime.model import StopSource, ToolClass, ToolResult, TurnwatchError
 from turnwatch.runtime.protocol import HostResult, HostStatus, Started
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
@@ -38,11 +38,11 @@ _OK = HostResult(HostStatus.OK)
 _STARTED = Started()
 
 
-class ToolClassError(ValueError):
+class ToolClassError(TurnwatchError, ValueError):
     """A tool's class is unknown, or its kind cannot honour it (said at construction)."""
 
 
-class CommandAbortedError(Exception):
+class CommandAbortedError(TurnwatchError):
     """A stop ended the command :func:`run_command` started (its tool is being released)."""
 
 

@@ -79,7 +79,7 @@ from turnwatch.integrations.calls import (
     stop_on_cancel,
 )
 from turnwatch.runtime.gate import Answer
-from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
+from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome, TurnwatchError
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 
@@ -120,7 +120,7 @@ def typed_invoker(invoke: Any) -> Any:
     return typed
 
 
-class RunStopped(Exception):
+class RunStopped(TurnwatchError):
     """The run was stopped; its turn has settled (every call released) when this is raised."""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 
 from turnwatch.runtime.calls import Call
 from turnwatch.runtime.model import Outcome, Phase, ToolClass, ToolResult
@@ -39,6 +40,14 @@ class CallHandle:
     def state(self) -> Phase:
         """Where the call is: queued, awaiting_permission, admitted, running, or how it ended."""
         return self._call.phase
+
+    @property
+    def phase(self) -> Phase:
+        """Deprecated alias of :attr:`state`, its name until 0.1; kept through 0.2."""
+        warnings.warn(
+            "CallHandle.phase is deprecated: use CallHandle.state", DeprecationWarning, stacklevel=2
+        )
+        return self.state
 
     @property
     def outcome(self) -> Outcome | None:

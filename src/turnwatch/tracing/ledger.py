@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from turnwatch.runtime.events import Event
+from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import batchsql, codec
 from turnwatch.tracing.paths import default_path
 from turnwatch.tracing.stages import Stages
@@ -67,7 +68,7 @@ CREATE TABLE IF NOT EXISTS ingested (key TEXT PRIMARY KEY) WITHOUT ROWID;
 )
 
 
-class LedgerError(Exception):
+class LedgerError(TurnwatchError):
     """A ledger that cannot be used; the message names the file and the cause."""
 
 

@@ -8,11 +8,12 @@ import socket
 from typing import Any
 
 from turnwatch import names
+from turnwatch.runtime.model import TurnwatchError
 
 _ids = itertools.count(1)
 
 
-class ControlError(Exception):
+class ControlError(TurnwatchError):
     """The control endpoint could not be reached, or answered with an error."""
 
 

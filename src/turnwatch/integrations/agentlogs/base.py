@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from turnwatch import names
 from turnwatch.integrations.agentlogs.classes import class_for
 from turnwatch.runtime.events import Event
-from turnwatch.runtime.model import Outcome
+from turnwatch.runtime.model import Outcome, TurnwatchError
 
 #: With ``keep_args``, an argument string is cut here: enough to recognise a command.
 ARGS_CAP = 512
@@ -58,7 +58,7 @@ def when(stamp: Any) -> float | None:
         return None
 
 
-class BadRecord(ValueError):
+class BadRecord(TurnwatchError, ValueError):
     """A record whose fields the adapter cannot read."""
 
 

@@ -15,13 +15,14 @@ from turnwatch.integrations.agentlogs.base import BadRecord, Translator
 from turnwatch.integrations.agentlogs.formats import FORMATS, sniff
 from turnwatch.integrations.agentlogs.lines import CHUNK, LineReader, Oversized
 from turnwatch.runtime.events import Event
+from turnwatch.runtime.model import TurnwatchError
 
 #: Without ``--format``, a file none of whose first lines is a record of a known CLI is refused.
 SNIFF_LINES = 20
 MAX_REPORTED = 1000
 
 
-class NotASessionFile(ValueError):
+class NotASessionFile(TurnwatchError, ValueError):
     """The file is none of the formats (or not the one asked for)."""
 
 

@@ -28,6 +28,7 @@ from enum import StrEnum
 
 from turnwatch.runtime import procfs, terminate
 from turnwatch.runtime.cgroup import CallCgroup, CgroupRoot, cgroup_of, is_call_cgroup
+from turnwatch.runtime.model import TurnwatchError
 from turnwatch.runtime.protocol import ExecuteRequest, Reaped, TurnAbortRequest
 from turnwatch.runtime.tools import proctree
 
@@ -45,7 +46,7 @@ HOLE_NO_SUBREAPER = "orphan_without_subreaper"  # orphans re-parent to init, out
 HOLE_LATE_FORK = "fork_after_last_scan"  # forked between the last scan and SIGKILL
 
 
-class ContainmentError(RuntimeError):
+class ContainmentError(TurnwatchError, RuntimeError):
     """``cgroup`` containment was asked for and cannot be had here."""
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from turnwatch.runtime.model import TurnwatchError
 from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
 from turnwatch.runtime.tools.context import ToolContext, run_in_worker
 
@@ -24,7 +25,7 @@ HEARTBEAT_S = 0.5
 WRITE_CHUNK = 1024 * 1024
 
 
-class ToolArgumentError(ValueError):
+class ToolArgumentError(TurnwatchError, ValueError):
     """A tool was called with arguments it cannot use; the message says which."""
 
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
+from turnwatch.runtime.model import TurnwatchError
 from turnwatch.runtime.protocol import HostResult, HostStatus, Started
 from turnwatch.runtime.tools.context import ToolContext, ToolFn
 
@@ -22,7 +23,7 @@ ENTRY_POINT_GROUP = "turnwatch.plugins"
 Plugin = Callable[[Mapping[str, Any], asyncio.Event], Awaitable[str | Mapping[str, Any]]]
 
 
-class PluginCancelled(Exception):
+class PluginCancelled(TurnwatchError):
     """Raised by a plugin that honoured the cancellation before finishing."""
 
 
