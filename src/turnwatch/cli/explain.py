@@ -120,16 +120,16 @@ def build(
 
     calls = [
         ToolRow(
-            c.call,
-            c.tool or "?",
-            c.tool_class or "?",
-            c.policy or "?",
-            c.outcome or "running",
-            off(c.started_ts),
-            off(c.abort_ts),
-            off(c.ended_ts),
-            c.pid,
-            c.containment,
+            call=c.call,
+            tool=c.tool or "?",
+            tool_class=c.tool_class or "?",
+            policy=c.policy or "?",
+            outcome=c.outcome or "running",
+            start=off(c.started_ts),
+            abort=off(c.abort_ts),
+            end=off(c.ended_ts),
+            pid=c.pid,
+            containment=c.containment,
         )
         for c in fold.calls.values()
         if c.turn == turn

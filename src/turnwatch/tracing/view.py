@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
+from turnwatch.runtime.fold import CALL_COLUMNS, CallState, SessionState
 from turnwatch.tracing import codec
 from turnwatch.tracing.ledger import read_events
 
@@ -133,36 +135,40 @@ def judge(row: Any, now: float, th: Thresholds) -> tuple[str, float | None]:
 
 
 def call_view(r: Any) -> CallView:
+    """A ``calls`` row as a :class:`CallView`: read into the fold's
+    :class:`~turnwatch.runtime.fold.CallState` by column name, then every field the two share
+    taken by name (a column added to both needs no edit here)."""
+    c = row_state(r, CallState, _CALL_COLS)
+    text = c.lingering
+    left = [(int(p), float(t)) for p, t in codec.loads_stored(text)] if text else []
     return CallView(
-        r["call"],
-        r["turn"],
-        r["tool"],
-        r["class"],
-        r["policy"],
-        r["started_ts"],
-        r["pid"],
-        r["create_time"],
-        r["abort_ts"],
-        r["ended_ts"],
-        r["outcome"],
-        r["last_progress_ts"],
-        bool(r["prompt_open"]),
-        r["reaped_ts"],
-        r["late_ts"],
-        r["granted_ts"],
-        *_containment(r),
+        **{f: getattr(c, f) for f in _CALL_SHARED},
+        prompt_open=bool(c.prompt_open),
+        lingering=left,
+        procs_live=bool(c.procs_live),
     )
 
 
-def _containment(r: Any) -> tuple[Any, ...]:
-    try:
-        text = r["lingering"]
-        head = (r["containment"], r["cgroup"])
-        live = bool(r["procs_live"])
-    except IndexError:  # a schema-1 ledger read by a read-only command: nothing recorded
-        return ()
-    left = [(int(p), float(t)) for p, t in codec.loads_stored(text)] if text else []
-    return (*head, left, live)
+S = TypeVar("S", CallState, SessionState)
+
+
+def row_state(r: Any, cls: type[S], cols: Sequence[tuple[str, str]]) -> S:
+    """A ledger row as the fold's state ``cls``, by column name: a column an older ledger lacks
+    keeps the field's default (a read-only command reads such a file as it is)."""
+    have = r.keys()
+    return cls(**{f: r[col] for f, col in cols if col in have})
+
+
+def _shared(view_cls: type[Any], state_cls: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in fields(view_cls)) & {f.name for f in fields(state_cls)}
+
+
+#: (field, column) of each state: ``tool_class`` is stored as ``class``.
+_CALL_COLS = tuple(zip((f.name for f in fields(CallState)), CALL_COLUMNS, strict=True))
+_SESSION_COLS = tuple((f.name, f.name) for f in fields(SessionState))
+#: The fields a view copies from its state as they are (the rest it derives).
+_CALL_SHARED = _shared(CallView, CallState) - {"prompt_open", "lingering", "procs_live"}
+_SESSION_SHARED = _shared(SessionView, SessionState) - {"processing", "rpc_pending"}
 
 
 def sessions(
@@ -183,22 +189,14 @@ def sessions(
     out: list[SessionView] = []
     for r in conn.execute(sql + " ORDER BY last_ts DESC", args):
         state, since = judge(r, now, th)
+        st = row_state(r, SessionState, _SESSION_COLS)
         out.append(
             SessionView(
-                r["session"],
-                state,
-                r["turn"],
-                since,
-                r["mode"],
-                r["runtime_pid"],
-                r["runtime_create_time"],
-                r["control"],
-                bool(r["processing"]),
-                r["stop_ts"],
-                r["settled_ts"],
-                r["outcome"],
-                bool(r["rpc_pending"]),
-                r["last_ts"],
+                **{f: getattr(st, f) for f in _SESSION_SHARED},
+                state=state,
+                since=since,
+                processing=bool(st.processing),
+                rpc_pending=bool(st.rpc_pending),
             )
         )
     if with_calls and out:

@@ -148,18 +148,7 @@ class Recoverer:
         for c in row.calls:
             if not c.open:
                 continue
-            cf = Finding(
-                f.kind,
-                f.session,
-                c.turn,
-                c.call,
-                c.tool,
-                c.pid,
-                c.create_time,
-                policy=c.policy,
-                cgroup=c.cgroup,
-                lingering=tuple(c.lingering),
-            )
+            cf = Finding.about(c, f.kind, f.session)
             if c.policy == Policy.GRACE.value and (
                 c.cgroup is not None or (c.pid is not None and c.create_time is not None)
             ):

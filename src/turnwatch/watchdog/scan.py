@@ -74,6 +74,34 @@ class Finding:
     cgroup: str | None = None  # the call's cgroup: its membership is the proof, cgroup.kill the end
     lingering: tuple[tuple[int, float], ...] = ()  # processes the call left running (pid, start)
 
+    @classmethod
+    def about(
+        cls,
+        c: CallView,
+        kind: str,
+        session: str,
+        *,
+        since: float | None = None,
+        detail: str = "",
+        action: Action = Action.REPORT,
+    ) -> Finding:
+        """A finding about the recorded call ``c``: its identity and containment, by name."""
+        return cls(
+            kind,
+            session,
+            c.turn,
+            call=c.call,
+            tool=c.tool,
+            pid=c.pid,
+            create_time=c.create_time,
+            since=since,
+            detail=detail,
+            action=action,
+            policy=c.policy,
+            cgroup=c.cgroup,
+            lingering=tuple(c.lingering),
+        )
+
     @property
     def key(self) -> tuple[str, str, str | None, int | None]:
         """Identity across scans: a finding is reported once, not every interval."""
@@ -112,21 +140,7 @@ def _about(
     action: Action = Action.REPORT,
 ) -> Finding:
     """A finding about one recorded call."""
-    return Finding(
-        kind,
-        session,
-        c.turn,
-        c.call,
-        c.tool,
-        c.pid,
-        c.create_time,
-        since,
-        detail,
-        action,
-        c.policy,
-        c.cgroup,
-        tuple(c.lingering),
-    )
+    return Finding.about(c, kind, session, since=since, detail=detail, action=action)
 
 
 def _age(now: float, ts: float | None) -> float:
