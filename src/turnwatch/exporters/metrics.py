@@ -113,7 +113,8 @@ class StopMetrics:
             names.M_SCAN, "One watchdog scan.", buckets=SCAN_BUCKETS, registry=registry
         )
         # Where stops begin and what releases a call: the fold's rules, not ours.
-        self.fold = Fold(Store(MAX_RELEASED))
+        # Only for a stream read event by event (``observe``): a pipeline hands it steps.
+        self._fold: Fold | None = None
         # Series that exist from the start, at zero: rate() and increase() need a sample before
         # the first event, and an alert on failures must see "0 failures", not "no data".
         for kind in names.FINDING_KINDS:
@@ -130,7 +131,9 @@ class StopMetrics:
 
     def observe(self, ev: Event) -> None:
         """Count one event (in stream order)."""
-        self.on_step(self.fold(ev))
+        if self._fold is None:
+            self._fold = Fold(Store(MAX_RELEASED))
+        self.on_step(self._fold(ev))
 
     def on_step(self, st: Step) -> None:
         """Count one step (a pipeline that folds once calls this)."""

@@ -17,16 +17,18 @@ import queue
 import sqlite3
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from turnwatch.runtime.events import Event
+from turnwatch.runtime.fold import Step, StepReader
 from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import batchsql, codec
 from turnwatch.tracing.paths import default_path
-from turnwatch.tracing.stages import Stages
+from turnwatch.tracing.stages import Reader, Stages
 from turnwatch.tracing.summary import COLUMNS, Summary
 
 log = logging.getLogger("turnwatch.ledger")
@@ -261,25 +263,24 @@ def write_batch(
     conn: sqlite3.Connection,
     summary: Summary,
     batch: list[tuple[Event, str | None]],
-    stages: Callable[[Event], Event] | None = None,
+    read: Callable[[Step], Event] | None = None,
 ) -> int:
     """Insert a batch and update the summaries in one transaction; returns rows added.
 
     Ingested events (with a dedup key) already in the ledger are skipped. The check runs inside
     the write transaction, so two writers ingesting the same lines cannot both pass it. Only the
-    events it accepts go through ``stages`` (spans, metrics): a file ingested twice builds its
-    spans once. Each table gets one statement per batch (see :mod:`batchsql`).
+    events it accepts are folded and given to ``read`` (spans, metrics: it returns the event to
+    record, stamped): a file ingested twice builds its spans once. Each table gets one statement
+    per batch (see :mod:`batchsql`).
     """
     keys = [key for _ev, key in batch if key is not None]
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Native events carry no key: nothing to check, the whole batch is fresh.
         events = _unseen(conn, batch, keys) if keys else [ev for ev, _key in batch]
-        if stages is not None:
-            events = [stages(ev) for ev in events]
         if events:
+            events = summary.apply(conn, events, read)
             _INSERT_EVENTS(conn, [_row(ev) for ev in events])
-            summary.apply(conn, events)
         conn.execute("COMMIT")
     except BaseException:
         summary.forget()  # its rows are ahead of the file now
@@ -310,8 +311,10 @@ def _unseen(
 class Ledger:
     """The writer side: ``append`` enqueues, a thread commits. Use as an event sink.
 
-    ``transform`` (the span builder) and ``observers`` (metrics) run in the writer thread too, so
-    the event loop only ever enqueues; a stage that fails is logged, and the event still written.
+    The readers a :class:`~turnwatch.tracing.pipeline.Telemetry` attaches (the span builder,
+    metrics) run in the writer thread too, on the step the writer's fold made for the summary
+    rows, so the event loop only ever enqueues and each event is folded once; a reader that fails
+    is logged, and the event still written.
     """
 
     def __init__(
@@ -319,12 +322,20 @@ class Ledger:
         path: Path | str | None = None,
         *,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
-        transform: Callable[[Event], Event] | None = None,
-        observers: Sequence[Callable[[Event], None]] = (),
+        transform: StepReader | None = None,
+        observers: Sequence[Reader] = (),
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
         # Span builder and observers, run here in the writer thread (never on the event loop).
-        self.stages = Stages(transform, observers)
+        self.stages: Stages | None = None
+        if transform is not None or observers:
+            warnings.warn(
+                "Ledger(transform=, observers=) is deprecated: wire readers with "
+                "Telemetry(ledger=, spans=, observers=)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            self.attach(Stages(transform, observers))
         self._conn = connect(self.path, busy_timeout_s=busy_timeout_s)
         self._summary = Summary()
         self._queue: queue.SimpleQueue[
@@ -343,6 +354,13 @@ class Ledger:
 
     def __call__(self, event: Event) -> None:
         self.append(event)
+
+    def attach(self, stages: Stages) -> None:
+        """Give the writer its readers (once, before the first event: a reader that missed
+        the stream's start would misread it)."""
+        if self.stages is not None:
+            raise ValueError(f"ledger {self.path} already has its readers")
+        self.stages = stages
 
     def append(self, event: Event, *, dedup: bool = False) -> None:
         """Enqueue one event (never blocks on disk)."""
@@ -440,20 +458,22 @@ class Ledger:
             log.error("turnwatch ledger %s: could not keep %s: %s", self.path, sorted(metas), exc)
 
     def _commit(self, batch: list[tuple[Event, str | None]]) -> None:
-        # Each event goes through the stages once, even if the write is retried: a retry must
-        # not build a span twice.
+        # Each event is read once, even if the write is retried: a retry folds the rows again
+        # but must not build a span twice.
         staged: dict[int, Event] = {}
+        stages = self.stages
 
-        def stage(ev: Event) -> Event:
-            done = staged.get(id(ev))
+        def read(st: Step) -> Event:
+            done = staged.get(id(st.ev))
             if done is None:
-                done = staged[id(ev)] = self.stages(ev)
+                assert stages is not None
+                done = staged[id(st.ev)] = stages.on_step(st)
             return done
 
         for attempt in range(WRITE_RETRIES):
             try:
                 self.written += write_batch(
-                    self._conn, self._summary, batch, stage if self.stages else None
+                    self._conn, self._summary, batch, read if stages else None
                 )
                 return
             except sqlite3.Error as exc:

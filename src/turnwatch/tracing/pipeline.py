@@ -1,12 +1,17 @@
-"""The event sink a runtime (or ``ingest``) is given: spans, then observers, then the ledger."""
+"""The event sink a runtime (or ``ingest``) is given: spans, then observers, then the ledger.
+
+The one way to wire them: :class:`Telemetry` attaches its readers to the ledger (whose writer
+folds each event once and hands them the step); without a ledger it folds and reads inline.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from turnwatch.runtime.events import Event, EventSink
+from turnwatch.runtime.events import Event
+from turnwatch.runtime.fold import StepReader
 from turnwatch.tracing.ledger import Ledger
-from turnwatch.tracing.stages import Stages
+from turnwatch.tracing.stages import Reader, Stages
 
 
 class Telemetry:
@@ -20,15 +25,15 @@ class Telemetry:
         self,
         *,
         ledger: Ledger | None = None,
-        spans: Callable[[Event], Event] | None = None,
-        observers: Sequence[EventSink] = (),
+        spans: StepReader | None = None,
+        observers: Sequence[Reader] = (),
         dedup: bool = False,
     ) -> None:
         self.ledger = ledger
         self.dedup = dedup
         self.stages = Stages(spans, observers)
         if ledger is not None:
-            ledger.stages = self.stages
+            ledger.attach(self.stages)
 
     def __call__(self, event: Event) -> None:
         if self.ledger is not None:

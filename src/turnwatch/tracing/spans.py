@@ -72,7 +72,8 @@ class SpanBuilder:
 
     def __init__(self, tracer: Tracer | None = None) -> None:
         self.tracer = tracer or trace.get_tracer("turnwatch")
-        self.fold = Fold(Store(MAX_RELEASED))
+        # Only for a stream read event by event (``__call__``): a pipeline hands it steps.
+        self._fold: Fold | None = None
         self._exec: dict[tuple[str, str], _Exec] = {}
         self._stops: dict[str, _Stop] = {}
         # The last ended stop roots, for a browser's click or idle that arrives after them
@@ -80,7 +81,9 @@ class SpanBuilder:
         self._ended: OrderedDict[str, Span] = OrderedDict()
 
     def __call__(self, ev: Event) -> Event:
-        return self.on_step(self.fold(ev))
+        if self._fold is None:
+            self._fold = Fold(Store(MAX_RELEASED))
+        return self.on_step(self._fold(ev))
 
     def on_step(self, st: Step) -> Event:
         """The step's event, stamped with its span's ids (a pipeline that folds once calls this)."""

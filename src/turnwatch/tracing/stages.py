@@ -1,4 +1,9 @@
-"""What happens to an event before it is recorded: the span builder, then the observers."""
+"""What reads an event before it is recorded: the span builder, then the observers (metrics).
+
+Every reader takes the fold's :class:`~turnwatch.runtime.fold.Step`, never the raw event: with a
+ledger, the step is the one the writer's own fold made for the summary rows (each event is folded
+once); without one, :class:`Stages` folds it itself.
+"""
 
 from __future__ import annotations
 
@@ -10,63 +15,67 @@ from turnwatch.runtime.fold import MAX_RELEASED, Fold, Step, StepReader, Store
 
 log = logging.getLogger("turnwatch.telemetry")
 
+#: What reads a step: ``on_step`` (a StepReader) or a plain sink of the (stamped) event.
+Reader = StepReader | Callable[[Event], object]
+
+
+class _EventOf:
+    """A plain sink as a step reader: it gets the step's (stamped) event."""
+
+    __slots__ = ("sink",)
+
+    def __init__(self, sink: Callable[[Event], object]) -> None:
+        self.sink = sink
+
+    def on_step(self, st: Step) -> object:
+        return self.sink(st.ev)
+
 
 class Stages:
-    """Runs ``transform`` (stamps span ids) then each observer (metrics) on an event.
+    """Runs ``spans`` (stamps each event with its span ids) then each observer on a step.
 
-    Stages that read steps (:class:`~turnwatch.runtime.fold.StepReader`: spans, metrics) share
-    one fold: each event is read into the stop-path model once, not once per consumer.
-
-    A stage that fails is logged and counted; the event goes on regardless, so whatever records
+    A reader that fails is logged and counted; the event goes on regardless, so whatever records
     it afterwards still does (invariant 6: nothing recorded is lost).
     """
 
-    def __init__(
-        self,
-        transform: Callable[[Event], Event] | None = None,
-        observers: Sequence[Callable[[Event], None]] = (),
-    ) -> None:
-        self.transform = transform
-        self.observers = list(observers)
-        self.errors = 0
+    def __init__(self, spans: StepReader | None = None, observers: Sequence[Reader] = ()) -> None:
+        self.spans = spans
         # Judged once: a runtime-checkable isinstance costs microseconds, and this is per event.
-        self._transform_reads = isinstance(transform, StepReader)
-        self._reads = [isinstance(o, StepReader) for o in self.observers]
-        reads = self._transform_reads or any(self._reads)
-        self.fold = Fold(Store(MAX_RELEASED)) if reads else None
+        self.observers: list[StepReader] = [
+            o if isinstance(o, StepReader) else _EventOf(o) for o in observers
+        ]
+        self.errors = 0
+        # Used only where no ledger folds the events (see ``__call__``).
+        self._fold: Fold | None = None
 
     def __bool__(self) -> bool:
-        return self.transform is not None or bool(self.observers)
+        return self.spans is not None or bool(self.observers)
+
+    def on_step(self, st: Step) -> Event:
+        """Read one step: the span builder stamps its event, the observers see the stamped one;
+        returns the event to record."""
+        if self.spans is not None:
+            try:
+                st.ev = self.spans.on_step(st)  # type: ignore[assignment]
+            except Exception:
+                self.errors += 1
+                log.exception("span builder failed on %s; the event is still recorded", st.ev.kind)
+        for observe in self.observers:
+            try:
+                observe.on_step(st)
+            except Exception:
+                self.errors += 1
+                log.exception("observer failed on %s; the event is still recorded", st.ev.kind)
+        return st.ev
 
     def __call__(self, ev: Event) -> Event:
-        st = self._fold(ev)
-        if self.transform is not None:
-            try:
-                if st is not None and self._transform_reads:
-                    ev = self.transform.on_step(st)  # type: ignore[attr-defined]
-                    st.ev = ev  # the observers see the stamped event (exemplars)
-                else:
-                    ev = self.transform(ev)
-            except Exception:
-                self.errors += 1
-                log.exception("span builder failed on %s; the event is still recorded", ev.kind)
-        for observe, reads in zip(self.observers, self._reads, strict=True):
-            try:
-                if st is not None and reads:
-                    observe.on_step(st)  # type: ignore[attr-defined]
-                else:
-                    observe(ev)
-            except Exception:
-                self.errors += 1
-                log.exception("observer failed on %s; the event is still recorded", ev.kind)
-        return ev
-
-    def _fold(self, ev: Event) -> Step | None:
-        if self.fold is None:
-            return None
+        """Fold ``ev`` here and read its step (telemetry with no ledger)."""
+        if self._fold is None:
+            self._fold = Fold(Store(MAX_RELEASED))
         try:
-            return self.fold(ev)
-        except Exception:  # a fold bug must not lose the event: the stages fold it themselves
+            st = self._fold(ev)
+        except Exception:  # a fold bug must not lose the event
             self.errors += 1
             log.exception("fold failed on %s; the event is still recorded", ev.kind)
-            return None
+            return ev
+        return self.on_step(st)

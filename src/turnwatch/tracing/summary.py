@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import fields
 from typing import ClassVar
 
@@ -19,6 +19,7 @@ from turnwatch.runtime.fold import (
     CallState,
     Fold,
     SessionState,
+    Step,
     Store,
 )
 from turnwatch.tracing import batchsql
@@ -84,8 +85,15 @@ CREATE INDEX IF NOT EXISTS sessions_processing ON sessions (processing);
         self._rows.calls.clear()
         self._version = None
 
-    def apply(self, conn: sqlite3.Connection, events: Iterable[Event]) -> None:
-        """Update the rows ``events`` touch; call inside the batch's write transaction.
+    def apply(
+        self,
+        conn: sqlite3.Connection,
+        events: Iterable[Event],
+        read: Callable[[Step], Event] | None = None,
+    ) -> list[Event]:
+        """Update the rows ``events`` touch; call inside the batch's write transaction. Each
+        event's step goes to ``read`` (spans, metrics), whose event (stamped with its span ids)
+        is what this returns for the batch to record.
 
         If the transaction is then rolled back, call :meth:`forget`: the kept rows would be ahead
         of the file.
@@ -99,13 +107,17 @@ CREATE INDEX IF NOT EXISTS sessions_processing ON sessions (processing);
         rows.touched_sessions.clear()
         rows.touched_calls.clear()
         fold = self._fold
-        for ev in events:
-            fold(ev)
+        if read is None:
+            for ev in events:
+                fold(ev)
+        else:
+            events = [read(fold(ev)) for ev in events]
         # Write each touched row once, however many events it saw.
         _SESSION_UPSERT(conn, map(_session_values, rows.touched_sessions.values()))
         _CALL_UPSERT(conn, map(_call_values, rows.touched_calls.values()))
         # Our own commit does not move our data_version; another connection's does.
         self._version = version
+        return events
 
     def _prefetch(self, conn: sqlite3.Connection, events: list[Event]) -> None:
         """Read the rows the batch touches that are not kept: one query per table."""
