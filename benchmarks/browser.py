@@ -23,7 +23,7 @@ from tests.cli.browser import CHROMIUM, stop_in_browser
 
 from benchmarks.common import fmt_s, median, table
 from turnwatch import names
-from turnwatch.cli.webdemo import serve_live
+from turnwatch.cli.demo.web import serve_live
 from turnwatch.cli.wiring import wire
 
 STOPS = 8

@@ -35,7 +35,7 @@ def test_every_exception_derives_from_turnwatch_error() -> None:
 
 
 def test_an_exception_keeps_its_stdlib_base() -> None:
-    from turnwatch.integrations.calls import ToolClassError
+    from turnwatch.integrations.wrappers import ToolClassError
     from turnwatch.runtime import UnknownSessionError
     from turnwatch.runtime.tools.containment import ContainmentError
 

@@ -21,7 +21,7 @@ HEAVY = (
     "mcp",
     "opentelemetry.sdk",
     "turnwatch.runtime.tools",
-    "turnwatch.cli.scenario",
+    "turnwatch.cli.demo.scenario",
     "asyncio",
     "psutil",
 )

@@ -12,7 +12,7 @@ from wsgiref.util import setup_testing_defaults
 import pytest
 
 from tests import streams
-from turnwatch.cli.webpage import LivePage, StopFailed
+from turnwatch.cli.live.page import LivePage, StopFailed
 
 TP = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
 

@@ -19,7 +19,7 @@ from turnwatch.integrations.agentlogs import (
     FORMATS,
     NotASessionFile,
     Report,
-    class_for,
+    cli_tool_class,
     read_file,
 )
 from turnwatch.integrations.agentlogs.base import BadRecord
@@ -126,9 +126,9 @@ def test_background_calls_are_marked_and_classed_by_the_table() -> None:
     (shell,) = [e for e in gem if e.kind == names.TOOL_STARTED]
     assert shell.tool == "run_shell_command"
     assert shell.attrs[names.K_BACKGROUND] is True
-    assert class_for("claude-code", "Grep") is ToolClass.READ_ONLY
-    assert class_for("gemini-cli", "write_file") is ToolClass.MUTATING
-    assert class_for("codex", "mcp__github__create_issue") is ToolClass.EXTENSION
+    assert cli_tool_class("claude-code", "Grep") is ToolClass.READ_ONLY
+    assert cli_tool_class("gemini-cli", "write_file") is ToolClass.MUTATING
+    assert cli_tool_class("codex", "mcp__github__create_issue") is ToolClass.EXTENSION
 
 
 def test_a_gemini_reply_rewritten_with_its_tool_calls_is_one_call_and_one_turn_end() -> None:

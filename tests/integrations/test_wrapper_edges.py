@@ -37,7 +37,7 @@ from tests.integrations.test_pydantic_ai import (
 )
 from turnwatch import names
 from turnwatch.integrations import openai_agents, pydantic_ai
-from turnwatch.integrations.calls import CANCEL_SLACK_S
+from turnwatch.integrations.wrappers import CANCEL_SLACK_S
 from turnwatch.runtime import FanOut, LocalHost, MemorySink, Receipt, Runtime
 from turnwatch.runtime.events import now_event
 from turnwatch.testing import check_invariants

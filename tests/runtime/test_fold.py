@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from tests import streams
 from tests.conftest import GRACE, until
 from turnwatch import names
-from turnwatch.cli import explain
+from turnwatch.cli import waterfall
 from turnwatch.exporters.metrics import StopMetrics
 from turnwatch.runtime import LocalHost, MemorySink, Runtime
 from turnwatch.runtime.events import Event
@@ -133,7 +133,7 @@ def read_all(events: Iterable[Event], path: Path) -> dict[str, Any]:
     conn = connect(path, readonly=True)
     rows = view.sessions(conn)
     explained = [
-        explain.build(conn, r.session, r.turn) for r in rows if r.turn is not None and r.stop_ts
+        waterfall.build(conn, r.session, r.turn) for r in rows if r.turn is not None and r.stop_ts
     ]
     conn.close()
     return {
@@ -274,7 +274,7 @@ def test_the_rules_are_written_once() -> None:
         src / "tracing" / "spans.py",
         src / "exporters" / "metrics.py",
         src / "tracing" / "summary.py",
-        src / "cli" / "explain.py",
+        src / "cli" / "waterfall.py",
         src / "testing.py",
     ]
     consts = {k for k, v in vars(names).items() if isinstance(v, str) and v in names.EVENT_KINDS}

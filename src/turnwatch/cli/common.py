@@ -120,3 +120,28 @@ GraceOpt = Annotated[
         "--grace", help="The runtime's grace window, seconds (findings start 2 s after it)."
     ),
 ]
+
+
+# --- the servers' options (serve, serve-metrics) ---
+
+PollOpt = Annotated[
+    float, typer.Option(metavar="SECONDS", help="Seconds between reads of new events.")
+]
+TokenOpt = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="FILE",
+        help="Require this file's token as a bearer token on POST /v1/events (and, with serve, "
+        "on the live page's Stop: open the page as /#token=TOKEN).",
+    ),
+]
+OriginOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="ORIGIN",
+        help="A browser origin (other than this server's own) allowed to post events (repeatable).",
+    ),
+]
+MaxBodyOpt = Annotated[
+    int, typer.Option(metavar="BYTES", help="The largest POST /v1/events body, bytes.")
+]

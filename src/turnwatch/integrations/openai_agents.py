@@ -64,7 +64,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
 from turnwatch import names
-from turnwatch.integrations.calls import (
+from turnwatch.integrations.wrappers import (
     CLASS_KEY,
     DAEMONS,
     RUN_TURN,
@@ -72,7 +72,7 @@ from turnwatch.integrations.calls import (
     CommandAbortedError,
     CommandResult,
     ToolClassError,
-    class_of,
+    declared_class,
     dispatcher,
     require_async_process,
     run_command,
@@ -126,7 +126,7 @@ class RunStopped(TurnwatchError):
 
 def tool_class(tool: FunctionTool, cls: ToolClass | str) -> FunctionTool:
     """Mark ``tool`` with its turnwatch class (the SDK's tools carry no metadata of their own)."""
-    setattr(tool, CLASS_KEY, class_of(tool.name, {CLASS_KEY: cls}, ToolClass.MUTATING).value)
+    setattr(tool, CLASS_KEY, declared_class(tool.name, {CLASS_KEY: cls}, ToolClass.MUTATING).value)
     return tool
 
 
@@ -142,7 +142,9 @@ class StoppableRunner:
         classes: Mapping[str, ToolClass | str] | None = None,
     ) -> None:
         self.runtime = runtime
-        self._default = class_of("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
+        self._default = declared_class(
+            "default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING
+        )
         self._given = dict(classes or {})
         self.classes: dict[str, ToolClass] = {}
         self.dispatch = dispatcher(runtime.host, "StoppableRunner")
@@ -175,7 +177,7 @@ class StoppableRunner:
 
     def _classify(self, tool: FunctionTool) -> None:
         declared = self._given.get(tool.name, getattr(tool, CLASS_KEY, None))
-        cls = class_of(tool.name, {CLASS_KEY: declared}, self._default)
+        cls = declared_class(tool.name, {CLASS_KEY: declared}, self._default)
         require_async_process(tool.name, cls, _function(tool), f"{__name__}.run_command")
         if self.classes.get(tool.name, cls) is not cls:
             raise ToolClassError(

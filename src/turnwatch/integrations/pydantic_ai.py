@@ -51,7 +51,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
-from turnwatch.integrations.calls import (
+from turnwatch.integrations.wrappers import (
     CLASS_KEY,
     DAEMONS,
     RUN_TURN,
@@ -59,7 +59,7 @@ from turnwatch.integrations.calls import (
     CommandAbortedError,
     CommandResult,
     ToolClassError,
-    class_of,
+    declared_class,
     dispatcher,
     require_async_process,
     run_command,
@@ -94,7 +94,7 @@ def tool_classes(agent: Agent[Any, Any], default: ToolClass) -> dict[str, ToolCl
         if not isinstance(toolset, FunctionToolset):
             continue
         for name, tool in toolset.tools.items():
-            cls = class_of(name, tool.metadata, default)
+            cls = declared_class(name, tool.metadata, default)
             require_async_process(name, cls, tool.function, f"{__name__}.run_command")
             classes[name] = cls
     return classes
@@ -173,7 +173,7 @@ class StoppableAgent(Generic[Deps, Out]):
         default_class: ToolClass | str = ToolClass.MUTATING,
     ) -> None:
         self.agent, self.runtime = agent, runtime
-        self.default_class = class_of(
+        self.default_class = declared_class(
             "default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING
         )
         self.classes = tool_classes(agent, self.default_class)
@@ -186,7 +186,7 @@ class StoppableAgent(Generic[Deps, Out]):
         if known is not None:
             return known
         # A tool of another toolset (an MCP server, a dynamic toolset): extension unless it says.
-        return class_of(tool_def.name, tool_def.metadata, ToolClass.EXTENSION)
+        return declared_class(tool_def.name, tool_def.metadata, ToolClass.EXTENSION)
 
     async def run(
         self,

@@ -3,7 +3,7 @@
 Each mode is a :class:`StopRules`, chosen once when the runtime is made (anyio picks its backend
 the same way): the stop path itself never asks which mode it is in.
 
-- ``adr``: the plain path (:mod:`turnwatch.runtime.walk`).
+- ``adr``: the plain path (:mod:`turnwatch.runtime.handlers`).
 - ``legacy``: before the ADR, only Bash and GenerateImages listened to the signal, and
   ``abort()`` relied on the signal alone: it walks nothing.
 - ``abandon_all``: every call is abandoned locally, started or not; a pending prompt stays open,
@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from turnwatch import names
-from turnwatch.runtime import walk
+from turnwatch.runtime import handlers
 from turnwatch.runtime.calls import Call, StopHandler
 from turnwatch.runtime.model import Mode, Outcome, StopSource
 from turnwatch.runtime.session import Turn
@@ -51,7 +51,7 @@ def _signal_legacy(turn: Turn, src: StopSource) -> None:
     """Pre-ADR: only Bash and GenerateImages listened to the signal."""
     for call in list(turn.calls.values()):
         if call.tool in LEGACY_LISTENERS and not call.result.done():
-            walk.handle(call, src)
+            handlers.handle(call, src)
 
 
 def _abandon_all(call: Call, src: StopSource) -> None:
@@ -74,14 +74,14 @@ def _grace_only(call: Call, src: StopSource) -> None:
         call.close()
         return
     call.send_abort(src)
-    walk.start_grace(call)
+    handlers.start_grace(call)
 
 
-ADR = StopRules(Mode.ADR, walk.handle, runs_in_place=True)
+ADR = StopRules(Mode.ADR, handlers.handle, runs_in_place=True)
 
 RULES: Mapping[Mode, StopRules] = {
     Mode.ADR: ADR,
-    Mode.LEGACY: StopRules(Mode.LEGACY, walk.handle, signal=_signal_legacy),
+    Mode.LEGACY: StopRules(Mode.LEGACY, handlers.handle, signal=_signal_legacy),
     Mode.ABANDON_ALL: StopRules(Mode.ABANDON_ALL, _abandon_all, heeds_prestart_stop=False),
     Mode.GRACE_ONLY: StopRules(Mode.GRACE_ONLY, _grace_only),
 }

@@ -11,7 +11,7 @@ files are the interface.
 from __future__ import annotations
 
 from turnwatch.integrations.agentlogs.base import Translator
-from turnwatch.integrations.agentlogs.classes import TABLES, class_for
+from turnwatch.integrations.agentlogs.classes import TABLES, cli_tool_class
 from turnwatch.integrations.agentlogs.formats import FORMATS, default_roots, session_files
 from turnwatch.integrations.agentlogs.reader import NotASessionFile, Problem, Report, read_file
 
@@ -22,7 +22,7 @@ __all__ = [
     "Problem",
     "Report",
     "Translator",
-    "class_for",
+    "cli_tool_class",
     "default_roots",
     "read_file",
     "session_files",

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from turnwatch import names
-from turnwatch.integrations.agentlogs.classes import class_for
+from turnwatch.integrations.agentlogs.classes import cli_tool_class
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.model import Outcome, TurnwatchError
 
@@ -227,7 +227,7 @@ class Translator:
         # moment after "Request cancelled.") stays in that turn, which stays settled: the
         # fold reads its activity as after the settle, which it is.
         self.calls[call] = tool
-        cls = class_for(self.source, tool)
+        cls = cli_tool_class(self.source, tool)
         attrs: dict[str, Any] = {names.K_CLASS: cls.value}
         if background:
             attrs[names.K_BACKGROUND] = True

@@ -77,6 +77,19 @@ TABLES: Final[Mapping[str, Mapping[str, ToolClass]]] = {
 }
 
 
-def class_for(source: str, tool: str) -> ToolClass:
+def cli_tool_class(source: str, tool: str) -> ToolClass:
     """The class of ``tool`` as ``source`` (``codex``, ``claude-code``, ``gemini-cli``) names it."""
     return TABLES[source].get(tool, ToolClass.EXTENSION)
+
+
+def __getattr__(name: str) -> object:
+    if name == "class_for":  # its name until 0.1 (beside runtime.model.class_of); kept through 0.2
+        import warnings
+
+        warnings.warn(
+            "agentlogs.classes.class_for is deprecated: use cli_tool_class",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return cli_tool_class
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

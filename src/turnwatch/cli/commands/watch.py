@@ -86,7 +86,7 @@ def watch(
     With --once it scans once and only reports, unless --recover is given: looking never kills.
     Exit 1 after --once when findings remain.
     """
-    from turnwatch.cli import watchcmd
+    from turnwatch.cli import watchdog_program
     from turnwatch.tracing.ledger import LedgerError
 
     positive("--interval", interval)
@@ -100,15 +100,15 @@ def watch(
     say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False))
     follow = None
     if agents:
-        from turnwatch.cli.agentscmd import roots
+        from turnwatch.cli.agent_files import roots
 
         where = roots(codex_dir, claude_dir, gemini_dir)
-        follow = watchcmd.Agents(where, keep_args=keep_args, thread=not once, say=say)
+        follow = watchdog_program.Agents(where, keep_args=keep_args, thread=not once, say=say)
     cfg = config(grace, pinned_after, overdue_after)
     if not once:
         try:
             with exporter_config():
-                watchcmd.loop(
+                watchdog_program.loop(
                     path,
                     cfg,
                     interval_s=interval,
@@ -122,7 +122,7 @@ def watch(
             raise fail(str(exc)) from None
         return
     with exporter_config():
-        cycle = watchcmd.once(
+        cycle = watchdog_program.once(
             path,
             cfg,
             recover=recover,

@@ -1,5 +1,5 @@
-"""``turnwatch serve-metrics`` and ``turnwatch serve``: a ledger's metrics, ``POST /v1/events``
-and the live page, on one address."""
+"""``turnwatch serve``: the live page, ``POST /v1/events`` and ``/metrics`` over a ledger, on one
+address (and the server ``serve-metrics`` shares)."""
 
 from __future__ import annotations
 
@@ -9,56 +9,17 @@ from typing import Annotated
 import typer
 
 from turnwatch.cli.common import (
-    AddrOpt,
     LedgerOpt,
+    MaxBodyOpt,
+    OriginOpt,
+    PollOpt,
+    TokenOpt,
     err,
     fail,
     ledger_path,
     positive,
     read_conn,
 )
-
-PollOpt = Annotated[
-    float, typer.Option(metavar="SECONDS", help="Seconds between reads of new events.")
-]
-TokenOpt = Annotated[
-    Path | None,
-    typer.Option(
-        metavar="FILE",
-        help="Require this file's token as a bearer token on POST /v1/events (and, with serve, "
-        "on the live page's Stop: open the page as /#token=TOKEN).",
-    ),
-]
-OriginOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        metavar="ORIGIN",
-        help="A browser origin (other than this server's own) allowed to post events (repeatable).",
-    ),
-]
-MaxBodyOpt = Annotated[
-    int, typer.Option(metavar="BYTES", help="The largest POST /v1/events body, bytes.")
-]
-
-
-def serve_metrics(
-    ledger: LedgerOpt = None,
-    metrics_addr: AddrOpt = "127.0.0.1:9464",
-    poll: PollOpt = 1.0,
-    events: Annotated[
-        bool,
-        typer.Option(
-            "--events",
-            help="Also accept POST /v1/events (JSON lines, validated as ingest does; a request "
-            "with a bad line stores nothing).",
-        ),
-    ] = False,
-    token_file: TokenOpt = None,
-    cors_origin: OriginOpt = None,
-    max_body: MaxBodyOpt = 1024 * 1024,
-) -> None:
-    """The metrics endpoint over a ledger: rebuilt from its events, then following new ones."""
-    _serve(ledger, metrics_addr, poll, events, token_file, cors_origin, max_body, page=False)
 
 
 def serve(
@@ -75,10 +36,10 @@ def serve(
 
     Stop reaches a session's runtime through the control endpoint it recorded.
     """
-    _serve(ledger, addr, poll, True, token_file, cors_origin, max_body, page=True)
+    run_server(ledger, addr, poll, True, token_file, cors_origin, max_body, page=True)
 
 
-def _serve(
+def run_server(
     ledger: Path | None,
     addr: str,
     poll: float,
@@ -89,7 +50,7 @@ def _serve(
     *,
     page: bool,
 ) -> None:
-    from turnwatch.cli.follow import EventsOptions, serve_ledger_metrics
+    from turnwatch.cli.metrics_server import EventsOptions, serve_ledger_metrics
 
     positive("--poll", poll)
     positive("--max-body", max_body)

@@ -50,18 +50,18 @@ def ingest(
 ) -> None:
     """Events into the ledger, spans and metrics: a foreign runtime's JSON lines, or the agent
     CLIs' own session files (read as the same events, with the CLIs' ids)."""
-    from turnwatch.cli import agentscmd
+    from turnwatch.cli import agent_files
 
-    if fmt is not None and fmt not in agentscmd.FORMAT_NAMES:
-        raise fail(f"--format {fmt!r}: expected one of {', '.join(agentscmd.FORMAT_NAMES)}")
+    if fmt is not None and fmt not in agent_files.FORMAT_NAMES:
+        raise fail(f"--format {fmt!r}: expected one of {', '.join(agent_files.FORMAT_NAMES)}")
     paths = [Path(s) for s in sources]
-    events = fmt == agentscmd.EVENTS or "-" in sources or follow
+    events = fmt == agent_files.EVENTS or "-" in sources or follow
     if fmt is None and len(paths) == 1 and paths[0].is_file():
-        events = events or agentscmd.is_event_lines(paths[0])
+        events = events or agent_files.is_event_lines(paths[0])
     if events:
         if len(sources) != 1:
             raise fail("event lines are read from one file or - at a time")
-        if fmt not in (None, agentscmd.EVENTS):
+        if fmt not in (None, agent_files.EVENTS):
             how = "--follow" if follow else "standard input (-)"
             raise fail(
                 f"{how} is read as event lines; give {fmt} files by path "
@@ -86,14 +86,14 @@ def _wire(ledger: Path | None) -> Any:
 def _ingest_agent_logs(
     paths: list[Path], ledger: Path | None, fmt: str | None, keep_args: bool
 ) -> None:
-    from turnwatch.cli import agentscmd
+    from turnwatch.cli import agent_files
 
     for p in paths:
         if not p.exists():
             raise fail(f"{p}: cannot read (No such file or directory)")
     wiring = _wire(ledger)
     try:
-        report = agentscmd.run(
+        report = agent_files.run(
             paths,
             wiring,
             fmt=fmt,
@@ -115,7 +115,7 @@ def _ingest_agent_logs(
 
 
 def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
-    from turnwatch.cli import ingestcmd
+    from turnwatch.cli import ingest_follow
 
     if source == "-" and sys.stdin is None:  # started with standard input closed
         raise fail("-: standard input is closed")
@@ -132,7 +132,7 @@ def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
 
     report = None
     try:
-        report = ingestcmd.run(
+        report = ingest_follow.run(
             path,
             wiring,
             follow=follow,

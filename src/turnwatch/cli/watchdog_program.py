@@ -18,7 +18,7 @@ from turnwatch.watchdog.report import ChangeLog
 from turnwatch.watchdog.scan import Config
 
 if TYPE_CHECKING:
-    from turnwatch.cli import agentscmd
+    from turnwatch.cli import agent_files
 
 # The metrics server (prometheus_client, http.server) and the agent CLIs' readers are imported
 # where they are used: `recover` and `watch --once` start without them (~65 ms of imports).
@@ -48,9 +48,9 @@ def make_watchdog(
     flush: Callable[[], object] = ledger.flush
     also = None
     if agents is not None:
-        from turnwatch.cli import agentscmd
+        from turnwatch.cli import agent_files
 
-        watch = agentscmd.AgentWatch(ledger, agents.roots, keep_args=agents.keep_args, say=say)
+        watch = agent_files.AgentWatch(ledger, agents.roots, keep_args=agents.keep_args, say=say)
         stop_following = agents.start(watch)
         also = watch.attributor.findings
 
@@ -94,11 +94,11 @@ class Agents:
         self.thread = thread  # the loop: a thread reads between scans; --once: before the scan
         self._lock = threading.Lock()
 
-    def poll(self, watch: agentscmd.AgentWatch, *, final: bool = False) -> None:
+    def poll(self, watch: agent_files.AgentWatch, *, final: bool = False) -> None:
         with self._lock:
             watch.poll(final=final or not self.thread)
 
-    def start(self, watch: agentscmd.AgentWatch) -> Callable[[], None]:
+    def start(self, watch: agent_files.AgentWatch) -> Callable[[], None]:
         """Start following; return what stops it (and saves every file's place)."""
         if not self.thread:
             return watch.close
@@ -157,7 +157,7 @@ def loop(
     """Run until SIGINT/SIGTERM, serving the metrics (rebuilt from the ledger) if asked."""
     from prometheus_client import CollectorRegistry
 
-    from turnwatch.cli.follow import build
+    from turnwatch.cli.metrics_server import build
     from turnwatch.exporters import http
 
     registry = CollectorRegistry()

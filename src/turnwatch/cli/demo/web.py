@@ -1,6 +1,6 @@
 """``turnwatch demo --web``: the demo's sessions left running until someone clicks Stop.
 
-The live page (:mod:`turnwatch.cli.webpage`) is served with the metrics and ``POST /v1/events``
+The live page (:mod:`turnwatch.cli.live.page`) is served with the metrics and ``POST /v1/events``
 on one address. Three sessions run the field reports' tools on the real runtime: ``web-grep``
 (a Grep that reads for minutes: read-only, raced and discarded), ``web-bash`` (a Bash that ignores
 SIGTERM: process, the grace window), ``web-legacy`` (the same Grep in ``legacy`` mode: it pins,
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turnwatch.cli.scenario import BASH, GREP, make_tree
-from turnwatch.cli.webpage import LivePage
+from turnwatch.cli.demo.scenario import BASH, GREP, make_tree
+from turnwatch.cli.live.page import LivePage
 from turnwatch.cli.wiring import Wiring
 from turnwatch.exporters import http
 from turnwatch.runtime import LocalHost, Mode, Runtime

@@ -45,7 +45,7 @@ def serve_ledger_metrics(
     replayed = follower.poll()
     routes, close = _events_route(path, events) if events is not None else ({}, None)
     if page:
-        from turnwatch.cli.webpage import LivePage, stop_by_control
+        from turnwatch.cli.live.page import LivePage, stop_by_control
 
         live = LivePage(path, stop_by_control(path), token=events.token if events else None)
         routes.update(live.routes())

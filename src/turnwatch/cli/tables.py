@@ -11,7 +11,7 @@ from rich.table import Table
 from turnwatch import names
 
 if TYPE_CHECKING:  # the demo pulls in the MCP SDK: a table of sessions must not
-    from turnwatch.cli.scenario import DemoReport
+    from turnwatch.cli.demo.scenario import DemoReport
     from turnwatch.tracing.view import SessionView
 
 _OUTCOME_STYLE = {

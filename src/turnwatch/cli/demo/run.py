@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from turnwatch.cli.scenario import DemoReport, run_demo
+from turnwatch.cli.demo.scenario import DemoReport, run_demo
 from turnwatch.cli.wiring import wire
 from turnwatch.exporters import http
 
@@ -77,7 +77,7 @@ def run(
 
 def run_web(*, grace_s: float, ledger: Path | None, addr: str, err: Console) -> None:
     """``demo --web``: the live page over the demo's sessions until Ctrl-C."""
-    from turnwatch.cli.webdemo import serve_live
+    from turnwatch.cli.demo.web import serve_live
 
     http.parse_addr(addr)  # a bad address fails before the tree is built
     with tempfile.TemporaryDirectory(prefix="turnwatch-demo-") as tmp:

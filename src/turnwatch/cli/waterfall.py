@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnwatch import names
-from turnwatch.cli.render import seconds
+from turnwatch.cli.tables import seconds
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold, Move
 from turnwatch.runtime.model import ToolClass

@@ -37,7 +37,7 @@ from turnwatch.tracing.ledger import LedgerError, connect
 from turnwatch.watchdog.scan import Finding, annotate_findings, apply_findings
 
 #: The page's files: ``web/`` of the repository, installed as package data.
-ASSETS = Path(__file__).resolve().parent.parent / "web"
+ASSETS = Path(__file__).resolve().parents[2] / "web"
 _ASSET_NAME = re.compile(r"^[a-z][a-z0-9.-]*\.(?:js|css|html|d\.ts)$")
 _TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
@@ -164,14 +164,14 @@ class LivePage:
             return self._scanned[1]
 
     def _timeline(self, session: str, start: StartResponse) -> Iterable[bytes]:
-        from turnwatch.cli import explain  # rich, only for this route
+        from turnwatch.cli import waterfall  # rich, only for this route
 
         conn = self._conn()
         try:
             found = view.find_turn(conn, session)
             if found is None:
                 return _json(start, "404 Not Found", {"error": f"unknown session {session!r}"})
-            ex = explain.build(conn, *found)
+            ex = waterfall.build(conn, *found)
         finally:
             conn.close()
         body = asdict(ex)

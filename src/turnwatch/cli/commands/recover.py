@@ -1,0 +1,72 @@
+"""``turnwatch recover``: the abort walk for one pinned session, each action said first."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from turnwatch.cli.common import (
+    EXIT_FINDINGS,
+    GraceOpt,
+    LedgerOpt,
+    config,
+    console,
+    exporter_config,
+    fail,
+    ledger_path,
+    positive,
+    read_conn,
+    unknown_session,
+)
+
+
+def recover(
+    session: Annotated[str, typer.Argument(help="The pinned session.")],
+    ledger: LedgerOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what it would do.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
+    grace: GraceOpt = 10.0,
+) -> None:
+    """The abort walk for one pinned session, saying each action before taking it."""
+    from turnwatch.cli.watchdog_program import make_watchdog
+    from turnwatch.runtime.model import RecoveryResult
+    from turnwatch.tracing.view import session_ids
+
+    positive("--grace", grace)
+    conn = read_conn(ledger)
+    if session not in session_ids(conn):
+        raise unknown_session(conn, session)
+    import asyncio
+
+    with exporter_config():
+        dog, close = make_watchdog(
+            ledger_path(ledger),
+            config(grace),
+            recover=True,
+            dry_run=False,
+            say=lambda m: console.print(f"  {m}"),
+        )
+    try:
+        findings = [f for f in dog.scan().findings if f.session == session]
+        if not findings:
+            console.print(f"nothing holds session {session}")
+            return
+        for a in asyncio.run(dog.act(findings, dry_run=True)):  # say it before doing it
+            console.print(
+                f"• {a.finding.kind}: would {a.action}" + (f" ({a.detail})" if a.detail else "")
+            )
+        if dry_run:
+            return
+        if not yes:
+            if not sys.stdin.isatty():
+                raise fail("refusing to recover without --yes: no terminal to ask on")
+            typer.confirm("Take these actions?", abort=True)
+        done = asyncio.run(dog.act(findings))
+    finally:
+        close()
+    for a in done:
+        console.print(f"• {a.finding.kind}: {a.action} → {a.result} {a.detail}")
+    if any(a.result in (RecoveryResult.FAILED, RecoveryResult.REFUSED) for a in done):
+        raise typer.Exit(EXIT_FINDINGS)

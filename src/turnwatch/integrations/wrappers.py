@@ -1,0 +1,334 @@
+"""Framework tool calls run as turnwatch calls: the host side every integration shares.
+
+An integration hands each call's framework handler to a :class:`Dispatcher` (registered on the
+runtime's :class:`~turnwatch.runtime.LocalHost` under the tool's name) and requests the call on
+its turn; the runtime then runs the handler under the policy of the call's class. Nothing here
+imports a framework.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import dataclasses
+import functools
+import inspect
+import queue
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from turnwatch.runtime.handle import CallHandle
+from turnwatch.runtime.host import LocalHost
+from turnwatch.runtime.model import StopSource, ToolClass, ToolResult, TurnwatchError
+from turnwatch.runtime.protocol import HostResult, HostStatus, Started
+from turnwatch.runtime.runtime import Runtime
+from turnwatch.runtime.session import Turn
+from turnwatch.runtime.tools.context import ToolContext
+from turnwatch.runtime.tools.process import run_process
+
+#: The tool metadata key naming a tool's class.
+CLASS_KEY = "turnwatch_class"
+Handler = Callable[[Any], Any]
+#: A framework tool's answer to the runtime: the value itself goes to the framework, and the
+#: ledger records outcomes, not values (so no text of it is made, or kept with the call).
+_OK = HostResult(HostStatus.OK)
+_STARTED = Started()
+
+
+class ToolClassError(TurnwatchError, ValueError):
+    """A tool's class is unknown, or its kind cannot honour it (said at construction)."""
+
+
+class CommandAbortedError(TurnwatchError):
+    """A stop ended the command :func:`run_command` started (its tool is being released)."""
+
+
+class CommandResult(NamedTuple):
+    """What a command printed (stdout and stderr, in order) and how it exited."""
+
+    output: str
+    exit_code: int | None
+
+
+def declared_class(name: str, metadata: Mapping[str, Any] | None, default: ToolClass) -> ToolClass:
+    """The class ``metadata`` names under :data:`CLASS_KEY`, else ``default``; an unknown one
+    is a :class:`ToolClassError` naming the tool and the accepted classes."""
+    value = (metadata or {}).get(CLASS_KEY)
+    if value is None:
+        return default
+    try:
+        return ToolClass(value)
+    except ValueError:
+        accepted = ", ".join(c.value for c in ToolClass)
+        raise ToolClassError(
+            f"tool {name!r}: {CLASS_KEY}={value!r} is not a tool class (accepted: {accepted})"
+        ) from None
+
+
+def require_async_process(name: str, cls: ToolClass, fn: object, run_command: str) -> None:
+    """One rule for every wrapper: a ``process`` tool is async and starts its commands with
+    ``run_command`` (a sync one could only spawn them uncontained, in a thread a stop cannot
+    reach); said at construction, naming the tool and the function to use."""
+    if cls is ToolClass.PROCESS and not inspect.iscoroutinefunction(fn):
+        raise ToolClassError(
+            f"tool {name!r}: a process tool must be async and start its commands with {run_command}"
+        )
+
+
+#: How long past the grace window a wrapped run cancelled from outside waits for its stop's
+#: settlement before the cancel goes on (an awaited call may hold the turn longer: it settles
+#: when that call returns, as the ADR says, and the cancel is not held for it).
+CANCEL_SLACK_S = 1.0
+
+
+async def stop_on_cancel(runtime: Runtime, turn: Turn) -> None:
+    """The task running a wrapped run was cancelled from outside (``wait_for``, a task group,
+    Ctrl-C): that is a stop, source ``cancel``. Its walk runs at once; this waits for the turn's
+    settlement at most the grace window plus :data:`CANCEL_SLACK_S`, so the cancel stays bounded.
+    The caller re-raises the cancellation."""
+    if turn.settled.done():
+        return
+    stop: asyncio.Future[Any] = (
+        asyncio.ensure_future(
+            runtime.abort(turn.session.id, source=StopSource.CANCEL, turn=turn.id)
+        )
+        if not turn.stopping
+        else asyncio.shield(turn.settled)
+    )
+    await asyncio.wait((stop,), timeout=runtime.grace_s + CANCEL_SLACK_S)
+
+
+#: What a framework's model is told of an approval the stop came before (it is refused).
+STOPPED = "The user stopped the turn before this call was approved."
+
+
+#: The turn of the wrapped run whose code runs here: set around each wrapped run, so its tools
+#: (which run in the framework's context, copied) see it, and a wrapped run started inside one
+#: is that turn's nested run (``Runtime.start_turn(parent=)``).
+RUN_TURN: contextvars.ContextVar[Turn | None] = contextvars.ContextVar(
+    "turnwatch_run_turn", default=None
+)
+
+_CURRENT: contextvars.ContextVar[Slot | None] = contextvars.ContextVar(
+    "turnwatch_call", default=None
+)
+
+
+@dataclasses.dataclass(eq=False)
+class Slot:
+    """One call between the framework and the host: the handler, and what it returned."""
+
+    # The framework's handler, its validated arguments, and the context it was called in.
+    handler: asyncio.Future[tuple[Handler, Any, contextvars.Context]]
+    ctx: ToolContext | None = None
+    value: Any = None
+    error: BaseException | None = None
+    aborted: HostResult | None = None
+    handle: CallHandle | None = None
+
+
+class Local:
+    """A framework's handler as the execution of its call (``Turn.run_call``), run in the
+    framework's own task or context; what it returned or raised is kept for the framework."""
+
+    __slots__ = ("error", "run", "value")
+
+    def __init__(self, run: Callable[[], Awaitable[Any]]) -> None:
+        self.run = run
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    async def __call__(self) -> HostResult:
+        try:
+            self.value = await self.run()
+        except Exception as exc:  # the framework gets it back as it was raised
+            self.error = exc
+            return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
+        return _OK
+
+
+class Dispatcher:
+    """Registered on a host under each wrapped tool's name; runs the call's framework handler."""
+
+    def __init__(self, host: LocalHost) -> None:
+        self.host = host
+        self.slots: dict[tuple[str, str], Slot] = {}
+
+    def add_tools(self, names: Sequence[str]) -> None:
+        for name in names:
+            fn = self.host.tools.get(name)
+            if fn is not None and fn != self.execute:
+                raise ToolClassError(f"tool {name!r} is already a tool of this host")
+            self.host.register(name, self.execute)
+
+    def slot(self, session: str, call_id: str) -> Slot:
+        key = (session, call_id)
+        if key not in self.slots:
+            self.slots[key] = Slot(asyncio.get_running_loop().create_future())
+        return self.slots[key]
+
+    async def run(
+        self,
+        turn: Turn,
+        tool: str,
+        cls: ToolClass,
+        call_id: str,
+        args: Mapping[str, Any],
+        handler: Handler,
+        handler_args: Any,
+    ) -> tuple[Any, BaseException | None, ToolResult]:
+        """One framework tool call, ``handler(handler_args)``, as the turnwatch call ``call_id``
+        of ``turn``: what the handler returned, what it raised, and the call's result.
+
+        Run in place, no host round trip (``Turn.run_call``): a read-only call in this task,
+        the others in a task the framework's cancel cannot reach. A process call (its commands
+        need the call's ``ToolContext``) or one an approval asked for goes through the host,
+        to :meth:`execute`.
+        """
+        key = (turn.session.id, call_id)
+        if key not in self.slots and cls is not ToolClass.PROCESS:
+            local = Local(functools.partial(handler, handler_args))
+            result = await turn.run_call(tool, local, args, call_id=call_id, tool_class=cls)
+            return local.value, local.error, result
+        slot = self.slot(*key)
+        slot.handler.set_result((handler, handler_args, contextvars.copy_context()))
+        try:
+            handle = slot.handle or turn.request(tool, args, call_id=call_id, tool_class=cls)
+            result = await handle.result()
+        finally:
+            self.slots.pop(key, None)
+        return slot.value, slot.error, result
+
+    async def execute(self, ctx: ToolContext) -> HostResult:
+        req = ctx.request
+        slot = self.slot(req.session, req.call_id)
+        slot.ctx = ctx
+        if not slot.handler.done():
+            # An approved call starts before the resumed run reaches it: wait for its handler,
+            # or for the stop (then it never ran, and says so).
+            ctx.on_cancel.append(slot.handler.cancel)
+            if not await _finished(slot.handler):
+                return HostResult(HostStatus.ABORTED, error="stopped before the framework ran it")
+        if slot.handler.exception() is not None:
+            return HostResult(HostStatus.ERROR, error=str(slot.handler.exception()))
+        if ctx.cancelled.is_set():  # stopped before its side effect began: it never starts
+            return HostResult(HostStatus.ABORTED, error="stopped before it started")
+        handler, args, context = slot.handler.result()
+        # Started, with no process to name: a process tool's commands (run_command) then say
+        # which they are; one that spawns on its own is recorded as started, and uncontained.
+        ctx.notify(_STARTED)
+        # The handler runs in the framework's context (its executor, its execute_tool span),
+        # not in whatever context started the call (an approved call starts in another run).
+        context.run(_CURRENT.set, slot)
+        task = asyncio.get_running_loop().create_task(handler(args), context=context)
+        if req.tool_class is ToolClass.READ_ONLY:
+            # Raced: the stop discards it (the walk released the call already) and cancels it.
+            ctx.on_cancel.append(task.cancel)
+            if not await _finished(task):
+                return HostResult(HostStatus.ABORTED, error="discarded at the stop")
+        # Process, mutating and extension calls: awaited. A process tool's command ends at the
+        # stop within the grace window (run_command); the others run to their end.
+        try:
+            slot.value = await task
+        except CommandAbortedError:
+            assert slot.aborted is not None
+            return slot.aborted
+        except Exception as exc:  # the framework gets it back as it was raised
+            slot.error = exc
+            return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
+        return _OK
+
+
+async def _finished(future: asyncio.Future[Any]) -> bool:
+    """Wait for ``future``: False if the stop cancelled it (our own cancellation propagates)."""
+    try:
+        await asyncio.wait((future,))
+    except asyncio.CancelledError:
+        future.cancel()
+        raise
+    return not future.cancelled()
+
+
+_DISPATCHERS: weakref.WeakKeyDictionary[LocalHost, Dispatcher] = weakref.WeakKeyDictionary()
+
+
+def dispatcher(host: object, who: str) -> Dispatcher:
+    if not isinstance(host, LocalHost):
+        raise TypeError(f"{who} runs its tools on a LocalHost, not {type(host).__name__}")
+    if host not in _DISPATCHERS:
+        _DISPATCHERS[host] = Dispatcher(host)
+    return _DISPATCHERS[host]
+
+
+async def run_command(
+    argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
+) -> CommandResult:
+    """Run a command from a ``process`` tool: contained, ended at a stop within the grace window.
+
+    Raises :class:`CommandAbortedError` when a stop ended it (the call's result, with the output
+    collected until then, is the ledger's).
+    """
+    slot = _CURRENT.get()
+    if slot is None or slot.ctx is None:
+        raise RuntimeError("run_command runs in a process tool of a wrapped agent")
+    result = await run_process(slot.ctx, argv, cwd=cwd, env=env)
+    if result.status is HostStatus.ABORTED:
+        slot.aborted = result
+        raise CommandAbortedError(result.error or "stopped")
+    return CommandResult(result.output, (result.data or {}).get("exit_code"))
+
+
+class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Daemon threads, reused: one a stop abandons cannot hold the interpreter open.
+
+    A ``ThreadPoolExecutor`` so that it can be an event loop's default executor (the OpenAI
+    Agents SDK runs sync tools with ``asyncio.to_thread``), whose shutdown then waits for none.
+    A job goes to an idle thread if there is one, else to a new thread: a thread blocked in an
+    abandoned tool never delays the next job. Idle threads end after ``idle_s``. (A thread per
+    job cost pydantic-ai ~0.8 ms a run here: it runs a sync model function in its executor.)
+    """
+
+    def __init__(self, idle_s: float = 30.0) -> None:
+        super().__init__(max_workers=1)  # the base's own pool is never used
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)  # one token per idle thread
+        self._idle_s = idle_s
+
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def job() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self._jobs.put(job)
+        if not self._idle.acquire(blocking=False):  # no idle thread took it on: a new one
+            threading.Thread(target=self._work, name="turnwatch-sync-tool", daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self._idle_s)
+            except queue.Empty:
+                if self._idle.acquire(blocking=False):
+                    return  # idle too long: this thread's token taken back, it ends
+                continue  # a submit counted on an idle thread: its job is on the way
+            job()
+            del job  # an idle thread must not keep its last job's arguments and result alive
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        return  # nothing to wait for: every thread is a daemon
+
+
+DAEMONS = DaemonExecutor()

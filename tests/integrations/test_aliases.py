@@ -1,0 +1,22 @@
+"""Renamed public names keep a deprecated alias for a minor version (the changelog says which)."""
+
+from __future__ import annotations
+
+import pytest
+
+from turnwatch.integrations import wrappers
+from turnwatch.integrations.agentlogs import classes
+
+
+def test_integrations_calls_is_a_deprecated_alias_of_wrappers() -> None:
+    from turnwatch.integrations import calls
+
+    with pytest.warns(DeprecationWarning, match=r"integrations\.wrappers\.run_command"):
+        assert calls.run_command is wrappers.run_command
+    with pytest.warns(DeprecationWarning, match=r"integrations\.wrappers\.declared_class"):
+        assert calls.class_of is wrappers.declared_class
+
+
+def test_class_for_is_a_deprecated_alias_of_cli_tool_class() -> None:
+    with pytest.warns(DeprecationWarning, match="cli_tool_class"):
+        assert classes.class_for is classes.cli_tool_class
