@@ -21,7 +21,7 @@ from tests.conftest import Procs, turnwatch
 from tests.watchdog.helpers import Recorder, aborted_tree
 from turnwatch import names
 from turnwatch.exporters.metrics import StopMetrics
-from turnwatch.runtime.model import RecoveryResult
+from turnwatch.runtime.model import FindingKind, RecoveryResult
 from turnwatch.tracing.ledger import Ledger, connect, read_events
 from turnwatch.watchdog.loop import Cycle, Watchdog
 from turnwatch.watchdog.report import ChangeLog
@@ -101,8 +101,8 @@ async def test_a_failed_recovery_is_recorded_counted_and_backed_off(unreachable:
 def test_the_log_says_what_changed() -> None:
     t = [0.0]
     log = ChangeLog(summary_every_s=60, clock=lambda: t[0])
-    f = Finding(names.F_PINNED_SESSION, "s", "t", detail="the abort RPC is still pending")
-    g = Finding(names.F_PINNED_SESSION, "s2", "t", detail="its runtime pid 7 is gone")
+    f = Finding(FindingKind.PINNED_SESSION, "s", "t", detail="the abort RPC is still pending")
+    g = Finding(FindingKind.PINNED_SESSION, "s2", "t", detail="its runtime pid 7 is gone")
 
     assert log.lines(Cycle([f])) == ["found pinned_session s: the abort RPC is still pending"]
     assert log.lines(Cycle([f])) == []  # standing: not news

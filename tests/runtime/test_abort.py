@@ -21,6 +21,7 @@ from turnwatch.runtime import (
     Outcome,
     Receipt,
     Runtime,
+    StopSource,
     ToolClass,
     UnknownSessionError,
     UnknownTurnError,
@@ -143,7 +144,7 @@ async def test_early_abort_for_another_tool_is_not_inherited(
 async def test_host_abort_before_execute_never_starts_the_process(tmp_path: Path) -> None:
     host = LocalHost()
     marker = tmp_path / "ran"
-    host.abort(AbortRequest("s", "t", "c", "Bash", "ui", GRACE))
+    host.abort(AbortRequest("s", "t", "c", "Bash", StopSource.UI, GRACE))
     req = ExecuteRequest("s", "t", "c", "Bash", ToolClass.PROCESS, {"command": f"touch {marker}"})
     result = await host.execute(req, lambda _m: None)
     assert result.status is HostStatus.ABORTED

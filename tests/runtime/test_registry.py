@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turnwatch.runtime import AbortRegistry
+from turnwatch.runtime import AbortRegistry, StopSource
 
 
 class FakeClock:
@@ -16,7 +16,7 @@ class FakeClock:
 def test_tombstone_expires_after_its_ttl() -> None:
     clock = FakeClock()
     reg = AbortRegistry(tombstone_ttl_s=5.0, clock=clock)
-    reg.record("s", "t", "c", "Bash", "ui")
+    reg.record("s", "t", "c", "Bash", StopSource.UI)
     clock.now += 5.1
     assert reg.take("s", "t", "c", "Bash") is None
     assert len(reg) == 0
@@ -25,7 +25,7 @@ def test_tombstone_expires_after_its_ttl() -> None:
 def test_tombstone_within_its_ttl_is_taken_once() -> None:
     clock = FakeClock()
     reg = AbortRegistry(tombstone_ttl_s=5.0, clock=clock)
-    reg.record("s", "t", "c", "Bash", "ui")
+    reg.record("s", "t", "c", "Bash", StopSource.UI)
     clock.now += 4.9
     rec = reg.take("s", "t", "c", "Bash")
     assert rec is not None
@@ -35,7 +35,7 @@ def test_tombstone_within_its_ttl_is_taken_once() -> None:
 
 def test_record_never_crosses_tool_session_or_turn() -> None:
     reg = AbortRegistry()
-    reg.record("s", "t1", "c", "Grep", "ui")
+    reg.record("s", "t1", "c", "Grep", StopSource.UI)
     assert reg.take("s", "t1", "c", "Read") is None  # another tool reusing the call id
     assert reg.take("other", "t1", "c", "Grep") is None  # another session
     assert reg.take("s", "t2", "c", "Grep") is None  # another turn (and the record is spent)
@@ -43,15 +43,15 @@ def test_record_never_crosses_tool_session_or_turn() -> None:
 
 def test_first_reason_is_kept() -> None:
     reg = AbortRegistry()
-    first = reg.record("s", "t", "c", "Grep", "keyboard")
-    again = reg.record("s", "t", "c", "Grep", "watchdog")
+    first = reg.record("s", "t", "c", "Grep", StopSource.KEYBOARD)
+    again = reg.record("s", "t", "c", "Grep", StopSource.WATCHDOG)
     assert again is first
 
 
 def test_forget_turn_drops_its_records() -> None:
     reg = AbortRegistry()
-    reg.record("s", "t1", "c1", "Grep", "ui")
-    reg.record("s", "t2", "c2", "Grep", "ui")
+    reg.record("s", "t1", "c1", "Grep", StopSource.UI)
+    reg.record("s", "t2", "c2", "Grep", StopSource.UI)
     reg.forget_turn("s", "t1")
     assert reg.peek("s", "t1", "c1", "Grep") is None
     assert reg.peek("s", "t2", "c2", "Grep") is not None

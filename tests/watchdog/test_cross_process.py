@@ -54,7 +54,7 @@ async def test_legacy_pin_recovered_in_process(tmp_path: Path, fifo: Path) -> No
     assert {f.kind for f in cycle.findings} >= {names.F_PINNED_SESSION, names.F_ABORT_RPC_STUCK}
     (action,) = cycle.actions  # one walk for the pinned session and its stuck RPC
     assert action.result == "ok"
-    assert action.action == "call abort() in process"
+    assert action.words == "call abort() in process"
     await asyncio.wait_for(user_stop, 5)
     ledger.close()
     assert state(path, "s") == "idle"
@@ -138,7 +138,7 @@ async def test_pinned_session_recovered_through_the_control_socket(
 
     (action,) = cycle.actions
     assert action.result == "ok", action
-    assert action.action == f"call agent.abort via {sock}"
+    assert action.words == f"call agent.abort via {sock}"
     await until(lambda: state(path, "far") == "idle", what="processing to clear")
 
 
@@ -202,7 +202,7 @@ async def test_a_dead_runtimes_call_cgroup_is_killed_whole(tmp_path: Path, procs
 
     orphans = [f for f in cycle.findings if f.kind == names.F_ORPHAN_TOOL_PROCESS]
     assert [f.cgroup for f in orphans] == [call.cgroup]
-    assert [a.action for a in cycle.actions if a.finding.cgroup] == [f"cgroup.kill {call.cgroup}"]
+    assert [a.words for a in cycle.actions if a.finding.cgroup] == [f"cgroup.kill {call.cgroup}"]
     for p in (bash, escapee):
         assert not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
     assert not Path(call.cgroup).exists()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from turnwatch import names
+from turnwatch.runtime.model import SessionStatus
 
 if TYPE_CHECKING:  # the demo pulls in the MCP SDK: a table of sessions must not
     from turnwatch.cli.demo.scenario import DemoReport
@@ -108,10 +108,10 @@ def _demo_sessions(console: Console, report: DemoReport) -> None:
 
 
 _STATE_STYLE = {
-    names.STATE_IDLE: "green",
-    names.STATE_PROCESSING: "cyan",
-    names.STATE_STOPPING: "yellow",
-    names.STATE_PINNED: "bold red",
+    SessionStatus.IDLE: "green",
+    SessionStatus.PROCESSING: "cyan",
+    SessionStatus.STOPPING: "yellow",
+    SessionStatus.PINNED: "bold red",
 }
 
 

@@ -17,7 +17,7 @@ from turnwatch import names
 from turnwatch.cli.tables import seconds
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold, Move
-from turnwatch.runtime.model import ToolClass
+from turnwatch.runtime.model import FindingKind, SessionStatus, ToolClass
 from turnwatch.tracing import view
 from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, scan
 
@@ -101,7 +101,7 @@ def build(
         session,
         turn,
         (row.mode if row else None) or "unknown",
-        row.state if row and row.turn == turn else names.STATE_IDLE,
+        row.state if row and row.turn == turn else SessionStatus.IDLE,
         stop_at,
     )
     ex.source = view.producer(conn, session)
@@ -151,7 +151,7 @@ def build(
             if t.end is None
             and t.start is not None
             and not any(f.call == t.call for f in ex.findings)
-            and ex.state != names.STATE_IDLE
+            and ex.state != SessionStatus.IDLE
         ]
     return ex
 
@@ -197,7 +197,7 @@ def _ago(s: float) -> str:
 
 
 def _reason(f: Finding, now: float, cfg: Config) -> str:
-    if f.kind == names.F_ABORTED_WITH_LIVE_PROCESS:
+    if f.kind == FindingKind.ABORTED_WITH_LIVE_PROCESS:
         late = now - (f.since or now) - cfg.grace_s
         return (
             f"{f.tool} pid {f.pid} still alive {_ago(late)} after the grace window; "
@@ -205,13 +205,13 @@ def _reason(f: Finding, now: float, cfg: Config) -> str:
         )
     if f.cgroup is not None or f.lingering:
         return f"{f.detail} ({f.action})"
-    if f.kind == names.F_ORPHAN_TOOL_PROCESS:
+    if f.kind == FindingKind.ORPHAN_TOOL_PROCESS:
         return f"{f.tool} pid {f.pid} outlived its runtime, which is gone"
-    if f.kind == names.F_PINNED_SESSION:
+    if f.kind == FindingKind.PINNED_SESSION:
         return f'the session is pinned "processing" for {_ago(now - (f.since or now))}: {f.detail}'
-    if f.kind == names.F_ABORT_RPC_STUCK:
+    if f.kind == FindingKind.ABORT_RPC_STUCK:
         return f"agent.abort never returned: {f.detail}"
-    if f.kind == names.F_AWAIT_OVERDUE:
+    if f.kind == FindingKind.AWAIT_OVERDUE:
         return f"{f.detail}"
     return f.detail or f.kind
 
@@ -243,7 +243,7 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         ("  session ", ""),
         (ex.session, "cyan"),
         (f"  {ex.source}  " if ex.source and ex.mode == "unknown" else f"  mode {ex.mode}  ", ""),
-        (ex.state, "bold red" if ex.state == names.STATE_PINNED else "green"),
+        (ex.state, "bold red" if ex.state == SessionStatus.PINNED else "green"),
     )
     tree = []
     if ex.parent:

@@ -154,6 +154,36 @@ class RecoveryResult(StrEnum):
 RECORDED_RESULTS = (RecoveryResult.OK, RecoveryResult.FAILED, RecoveryResult.REFUSED)
 
 
+class Signalled(StrEnum):
+    """The last signal a termination needed (``process.reaped``'s ``attrs.signal``)."""
+
+    SIGTERM = "SIGTERM"
+    SIGKILL = "SIGKILL"
+    NONE = "none"  # nothing was left to signal
+
+
+class FindingKind(StrEnum):
+    """What a watchdog finding says holds a session (design §6; the names are ``names.F_*``)."""
+
+    ABORTED_WITH_LIVE_PROCESS = names.F_ABORTED_WITH_LIVE_PROCESS
+    PINNED_SESSION = names.F_PINNED_SESSION
+    ABORT_RPC_STUCK = names.F_ABORT_RPC_STUCK
+    ORPHAN_TOOL_PROCESS = names.F_ORPHAN_TOOL_PROCESS
+    AWAIT_OVERDUE = names.F_AWAIT_OVERDUE
+    ACTIVITY_AFTER_SETTLE = names.F_ACTIVITY_AFTER_SETTLE
+    PERMISSION_AFTER_STOP = names.F_PERMISSION_AFTER_STOP
+    BACKGROUND_PROCESS = names.F_BACKGROUND_PROCESS
+
+
+class SessionStatus(StrEnum):
+    """A session's state as ``sessions`` shows it (the names are ``names.STATE_*``)."""
+
+    IDLE = names.STATE_IDLE
+    PROCESSING = names.STATE_PROCESSING
+    STOPPING = names.STATE_STOPPING
+    PINNED = names.STATE_PINNED
+
+
 class TurnOutcome(StrEnum):
     """``turn.settled``'s ``attrs.outcome``."""
 

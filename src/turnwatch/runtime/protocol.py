@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from turnwatch.runtime.model import ToolClass
+from turnwatch.runtime.model import Signalled, StopSource, ToolClass
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class AbortRequest:
     turn: str
     call_id: str
     tool: str
-    source: str
+    source: StopSource
     grace_s: float  # the runtime's window; the host must have answered before it ends
     traceparent: str | None = None
     #: When the runtime's window ends (``time.monotonic()``; None on a test's manual clock): the
@@ -52,7 +52,7 @@ class TurnAbortRequest:
 
     session: str
     turn: str
-    source: str
+    source: StopSource
     grace_s: float
 
 
@@ -63,7 +63,7 @@ class Reaped:
     call_id: str
     tool: str
     gone: tuple[int, ...]
-    by: str  # SIGTERM, SIGKILL, or none
+    by: Signalled
     survivors: tuple[int, ...] = ()
 
 

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from turnwatch.runtime.model import StopSource
+
 #: Tools whose early aborts are kept as expiring tombstones (the ADR's "Bash process aborts").
 TOMBSTONE_TOOLS = frozenset({"Bash"})
 DEFAULT_TOMBSTONE_TTL_S = 30.0
@@ -27,7 +29,7 @@ class AbortRecord:
     turn: str
     call_id: str
     tool: str
-    source: str  # who stopped: a StopSource's value
+    source: StopSource  # who stopped
     at_mono: float  # when the record arrived (monotonic seconds)
 
 
@@ -47,7 +49,9 @@ class AbortRegistry:
         # Early arrivals for tombstone tools: kept until taken or the TTL passes.
         self._tombstones: dict[Key, AbortRecord] = {}
 
-    def record(self, session: str, turn: str, call_id: str, tool: str, source: str) -> AbortRecord:
+    def record(
+        self, session: str, turn: str, call_id: str, tool: str, source: StopSource
+    ) -> AbortRecord:
         """Register an abort; idempotent, the first record wins."""
         key = (session, call_id, tool)
         table = self._tombstones if tool in TOMBSTONE_TOOLS else self._records

@@ -210,7 +210,7 @@ class Runtime:
         if call is not None and call.tool == tool:
             self.rules.handle(call, src)
         elif call is None:
-            self.registry.record(session_id, turn_id, call_id, tool, src.value)
+            self.registry.record(session_id, turn_id, call_id, tool, src)
 
     # --- the stop ---
 
@@ -332,7 +332,7 @@ class Runtime:
 
     async def _stop_lingering(self, turn: Turn, src: StopSource) -> None:
         sess = turn.session.id
-        request = TurnAbortRequest(sess, turn.id, src.value, self.grace_s)
+        request = TurnAbortRequest(sess, turn.id, src, self.grace_s)
         for reaped in await self.host.abort_turn(request):
             self.emit(
                 names.PROCESS_REAPED,

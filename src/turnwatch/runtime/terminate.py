@@ -27,6 +27,7 @@ from typing import Protocol
 
 from turnwatch.runtime.cgroup import CallCgroup
 from turnwatch.runtime.clock import REAL, Clock
+from turnwatch.runtime.model import Signalled
 from turnwatch.runtime.procfs import Proc, identity, read
 
 #: How long after SIGKILL (or ``cgroup.kill``) we wait to see every member gone.
@@ -63,7 +64,7 @@ class Ended:
 
     gone: list[int]
     alive: list[int]
-    by: str  # SIGTERM, SIGKILL, or none (nothing was left to signal)
+    by: Signalled
 
 
 class Pidfds:
@@ -208,12 +209,12 @@ async def terminate(
     """
     first = set(target.members())
     if not first:
-        return Ended([], [], "none")
+        return Ended([], [], Signalled.NONE)
     if term:
         target.signal(signal.SIGTERM)
     if await clock.limit(target.wait_gone, grace_s):
-        return Ended(sorted(first), [], "SIGTERM")
+        return Ended(sorted(first), [], Signalled.SIGTERM)
     target.kill()
     await target.wait_gone(kill_wait_s)
     alive = target.members()
-    return Ended(sorted(first - alive.keys()), sorted(alive), "SIGKILL")
+    return Ended(sorted(first - alive.keys()), sorted(alive), Signalled.SIGKILL)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import CALL_COLUMNS, CallState, SessionState
+from turnwatch.runtime.model import SessionStatus
 from turnwatch.tracing import codec
 from turnwatch.tracing.ledger import read_events
 
@@ -67,7 +68,7 @@ class SessionView:
     """A session as the ledger shows it."""
 
     session: str
-    state: str
+    state: SessionStatus
     turn: str | None
     since: float | None
     mode: str | None
@@ -118,20 +119,20 @@ class SessionView:
         }
 
 
-def judge(row: Any, now: float, th: Thresholds) -> tuple[str, float | None]:
+def judge(row: Any, now: float, th: Thresholds) -> tuple[SessionStatus, float | None]:
     """The state of a session row, and since when it holds."""
     if not row["processing"]:
-        return names.STATE_IDLE, row["cleared_ts"] or row["last_ts"]
+        return SessionStatus.IDLE, row["cleared_ts"] or row["last_ts"]
     stop, settled = row["stop_ts"], row["settled_ts"]
     if settled is not None:
         if now - settled > th.clear_lag_s:
-            return names.STATE_PINNED, settled  # settled, yet the spinner never cleared
-        return names.STATE_STOPPING, stop or settled
+            return SessionStatus.PINNED, settled  # settled, yet the spinner never cleared
+        return SessionStatus.STOPPING, stop or settled
     if stop is not None:
         if now - stop > th.rpc_stuck_s:
-            return names.STATE_PINNED, stop  # the abort RPC is pending too long
-        return names.STATE_STOPPING, stop
-    return names.STATE_PROCESSING, row["turn_started"]
+            return SessionStatus.PINNED, stop  # the abort RPC is pending too long
+        return SessionStatus.STOPPING, stop
+    return SessionStatus.PROCESSING, row["turn_started"]
 
 
 def call_view(r: Any) -> CallView:

@@ -30,7 +30,7 @@ import orjson
 
 from turnwatch import names
 from turnwatch.runtime.events import Event, EventSink
-from turnwatch.runtime.model import ToolClass
+from turnwatch.runtime.model import FindingKind, ToolClass
 from turnwatch.runtime.procfs import Proc, ProcessTable
 from turnwatch.watchdog.agentmatch import (
     CLI_NAMES,
@@ -268,7 +268,7 @@ class Attributor:
             bg = _background_call(conn, w.session, w.turn, key[1])
             if bg is not None:
                 self.background[key] = Finding(
-                    names.F_BACKGROUND_PROCESS,
+                    FindingKind.BACKGROUND_PROCESS,
                     w.session,
                     w.turn,
                     call=bg,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from turnwatch import names
 from turnwatch.exporters.metrics import LiveState
+from turnwatch.runtime.model import FindingKind
 from turnwatch.tracing.ledger import Ledger, LedgerError, connect
 from turnwatch.watchdog.scan import scan
 
@@ -28,8 +28,8 @@ def live_state(path: Path, ledger: Ledger | None = None) -> LiveState:
         )
     finally:
         conn.close()
-    pinned = {f.session for f in findings if f.kind == names.F_PINNED_SESSION}
+    pinned = {f.session for f in findings if f.kind == FindingKind.PINNED_SESSION}
     aborted_live = {
-        (f.session, f.turn) for f in findings if f.kind == names.F_ABORTED_WITH_LIVE_PROCESS
+        (f.session, f.turn) for f in findings if f.kind == FindingKind.ABORTED_WITH_LIVE_PROCESS
     }
     return LiveState(inflight, len(pinned), len(aborted_live), lost)

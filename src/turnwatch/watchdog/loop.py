@@ -16,7 +16,7 @@ from pathlib import Path
 
 from turnwatch import names
 from turnwatch.runtime.events import EventSink, now_event
-from turnwatch.runtime.model import RecoveryResult
+from turnwatch.runtime.model import FindingKind, RecoveryResult
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.tracing.ledger import connect
 from turnwatch.watchdog.recover import Recoverer, Recovery
@@ -29,10 +29,10 @@ DEFAULT_RATE_PER_MIN = 30
 BACKOFF_MIN_S = 10.0
 BACKOFF_MAX_S = 600.0
 _RECOVERABLE = {
-    names.F_PINNED_SESSION,
-    names.F_ABORT_RPC_STUCK,
-    names.F_ABORTED_WITH_LIVE_PROCESS,
-    names.F_ORPHAN_TOOL_PROCESS,
+    FindingKind.PINNED_SESSION,
+    FindingKind.ABORT_RPC_STUCK,
+    FindingKind.ABORTED_WITH_LIVE_PROCESS,
+    FindingKind.ORPHAN_TOOL_PROCESS,
 }
 
 
@@ -54,7 +54,9 @@ class Cycle:
         }
         # A background process runs by design: reported, never a reason to page anyone.
         return [
-            f for f in self.findings if id(f) not in done and f.kind != names.F_BACKGROUND_PROCESS
+            f
+            for f in self.findings
+            if id(f) not in done and f.kind != FindingKind.BACKGROUND_PROCESS
         ]
 
 
@@ -240,7 +242,7 @@ def _one_per_target(findings: list[Finding]) -> list[Finding]:
     for f in findings:
         target: tuple[str, object] = (
             ("walk", f.session)
-            if f.kind in (names.F_PINNED_SESSION, names.F_ABORT_RPC_STUCK)
+            if f.kind in (FindingKind.PINNED_SESSION, FindingKind.ABORT_RPC_STUCK)
             else ("pid", f.pid)
             if f.pid is not None
             else (f.kind, f.key)

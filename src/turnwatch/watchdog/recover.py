@@ -20,7 +20,14 @@ from turnwatch import names
 from turnwatch.runtime import terminate
 from turnwatch.runtime.cgroup import CallCgroup
 from turnwatch.runtime.events import EventSink, now_event
-from turnwatch.runtime.model import Outcome, Policy, RecoveryResult, StopSource, TurnOutcome
+from turnwatch.runtime.model import (
+    FindingKind,
+    Outcome,
+    Policy,
+    RecoveryResult,
+    StopSource,
+    TurnOutcome,
+)
 from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.tracing import codec, view
@@ -30,7 +37,21 @@ from turnwatch.watchdog.signals import Guard, Target, candidates, members
 
 #: How long after SIGKILL (or cgroup.kill) recovery waits to see every target gone.
 KILL_WAIT_S = 2.0
-HANDLERS = "run the policy handlers (the runtime is gone)"
+
+
+@dataclass(frozen=True)
+class How:
+    """One way of acting on a finding: its kind, and what exactly, in words."""
+
+    action: Action
+    words: str
+
+    def __call__(self, f: Finding, result: RecoveryResult, detail: str = "") -> Recovery:
+        """The recovery it came to."""
+        return Recovery(f, self.action, result, detail, self.words)
+
+
+HANDLERS = How(Action.ABORT_WALK, "run the policy handlers (the runtime is gone)")
 
 
 @dataclass
@@ -38,14 +59,21 @@ class Recovery:
     """What recovery did (or, in a dry run, would do) about one finding."""
 
     finding: Finding
-    action: str  # what was done, in words: "cgroup.kill /sys/fs/cgroup/…", "call abort() …"
+    action: Action  # what kind of thing was done (the closed set)
     result: RecoveryResult
     detail: str = ""
+    #: What exactly, in words ("cgroup.kill /sys/fs/cgroup/…", "call abort() in process").
+    words: str = ""
+
+    @property
+    def said(self) -> str:
+        """What was done, as ``recover`` and the watchdog's report say it."""
+        return self.words or self.action.value
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.finding.to_json(),
-            "action": self.action,
+            "action": self.said,
             "result": self.result.value,
             "detail": self.detail,
         }
@@ -84,9 +112,9 @@ class Recoverer:
         self.flush()
 
     async def recover(self, f: Finding) -> Recovery:
-        if f.kind in (names.F_PINNED_SESSION, names.F_ABORT_RPC_STUCK):
+        if f.kind in (FindingKind.PINNED_SESSION, FindingKind.ABORT_RPC_STUCK):
             return await self._walk(f)
-        if f.kind in (names.F_ABORTED_WITH_LIVE_PROCESS, names.F_ORPHAN_TOOL_PROCESS):
+        if f.kind in (FindingKind.ABORTED_WITH_LIVE_PROCESS, FindingKind.ORPHAN_TOOL_PROCESS):
             # A mutating or extension call: awaited, never abandoned, never signalled.
             if f.policy != Policy.GRACE.value:
                 return Recovery(f, Action.REPORT_AWAITED, R.REPORT_ONLY, _NEVER_SIGNALLED)
@@ -108,9 +136,9 @@ class Recoverer:
         runtime_alive = table.alive(row.runtime_pid, row.runtime_create_time)
         in_process = self.runtime is not None and f.session in self.runtime.sessions
         if in_process:
-            how = "call abort() in process"
+            how = How(Action.ABORT_WALK, "call abort() in process")
         elif runtime_alive and row.control:
-            how = f"call agent.abort via {row.control}"
+            how = How(Action.ABORT_WALK, f"call agent.abort via {row.control}")
         elif not runtime_alive and row.runtime_pid is not None:
             how = HANDLERS
         else:
@@ -124,9 +152,9 @@ class Recoverer:
                     error=why,
                 )
             return Recovery(f, Action.ABORT_WALK, R.FAILED, why)
-        self.say(f"{f.session}: {how}")
+        self.say(f"{f.session}: {how.words}")
         if self.dry_run:
-            return Recovery(f, how, R.DRY_RUN)
+            return how(f, R.DRY_RUN)
         try:
             if how == HANDLERS:
                 return await self._settle_for_dead_runtime(f, row)
@@ -137,10 +165,12 @@ class Recoverer:
                 assert row.control is not None
                 receipt = await asyncio.to_thread(control_client.abort, row.control, f.session)
         except (control_client.ControlError, OSError) as exc:
-            self.record(names.WATCHDOG_RECOVERED, f, result=R.FAILED, action=how, error=str(exc))
-            return Recovery(f, how, R.FAILED, str(exc))
-        self.record(names.WATCHDOG_RECOVERED, f, result=R.OK, action=how, receipt=receipt)
-        return Recovery(f, how, R.OK, f"receipt {receipt}")
+            self.record(
+                names.WATCHDOG_RECOVERED, f, result=R.FAILED, action=how.words, error=str(exc)
+            )
+            return how(f, R.FAILED, str(exc))
+        self.record(names.WATCHDOG_RECOVERED, f, result=R.OK, action=how.words, receipt=receipt)
+        return how(f, R.OK, f"receipt {receipt}")
 
     async def _settle_for_dead_runtime(self, f: Finding, row: view.SessionView) -> Recovery:
         how = HANDLERS
@@ -174,9 +204,13 @@ class Recoverer:
                     )
         if held:
             self.record(
-                names.WATCHDOG_RECOVERED, f, result=R.FAILED, action=how, error="; ".join(held)
+                names.WATCHDOG_RECOVERED,
+                f,
+                result=R.FAILED,
+                action=how.words,
+                error="; ".join(held),
             )
-            return Recovery(f, how, R.FAILED, "not settled: " + "; ".join(held))
+            return how(f, R.FAILED, "not settled: " + "; ".join(held))
         for kind, attrs in (
             (
                 names.TURN_SETTLED,
@@ -186,8 +220,8 @@ class Recoverer:
             (names.PROCESSING_CLEARED, {names.K_SETTLED_BY: "watchdog"}),
         ):
             self.sink(now_event(kind, f.session, turn=f.turn, attrs=attrs))
-        self.record(names.WATCHDOG_RECOVERED, f, result=R.OK, action=how)
-        return Recovery(f, how, R.OK, "turn recorded settled by the watchdog")
+        self.record(names.WATCHDOG_RECOVERED, f, result=R.OK, action=how.words)
+        return how(f, R.OK, "turn recorded settled by the watchdog")
 
     # --- process termination ---
 
@@ -213,19 +247,23 @@ class Recoverer:
         table = ProcessTable.scan()
         if f.lingering:  # what a finished call left running, recorded pid by pid
             targets = [Target(p, ct) for p, ct in f.lingering if table.alive(p, ct)]
-            how = f"terminate {len(targets)} process(es) {f.tool} left running"
+            how = How(
+                Action.TERMINATE, f"terminate {len(targets)} process(es) {f.tool} left running"
+            )
             first = targets[0].pid if targets else None
         else:
             assert f.pid is not None
             assert f.create_time is not None
             targets = members(Target(f.pid, f.create_time), table)
-            how = f"terminate pid {f.pid} and {max(len(targets) - 1, 0)} more"
+            how = How(
+                Action.TERMINATE, f"terminate pid {f.pid} and {max(len(targets) - 1, 0)} more"
+            )
             first = f.pid
         # A copied marker proves nothing: such processes are named, never signalled.
         marked = candidates(f"{f.session}/{f.call}", table, targets) if f.call else []
         note = f"; {len(marked)} marked process(es) outside it not signalled" if marked else ""
         if not targets:
-            return Recovery(f, how, R.SKIPPED, "already gone" + note)
+            return how(f, R.SKIPPED, "already gone" + note)
         # Judged on this scan; each signal is judged again through its own pidfd when sent.
         refused = [t.pid for t in targets if self.guard.refuse(t, table.get(t.pid))]
         if first in refused:
@@ -234,14 +272,14 @@ class Recoverer:
                     names.WATCHDOG_RECOVERED,
                     f,
                     result=R.REFUSED,
-                    action=how,
+                    action=how.words,
                     pid=first,
                     refused_pids=refused,
                 )
-            return Recovery(f, how, R.REFUSED, f"pid {first} fails the identity checks")
+            return how(f, R.REFUSED, f"pid {first} fails the identity checks")
         targets = [t for t in targets if t.pid not in refused]
         if self.dry_run:
-            return Recovery(f, how, R.DRY_RUN, f"SIGTERM, SIGKILL after {self.grace_s:g} s" + note)
+            return how(f, R.DRY_RUN, f"SIGTERM, SIGKILL after {self.grace_s:g} s" + note)
         kill_at = self._journal(f)
         resumed = kill_at is not None
         if kill_at is None:  # not begun before: say so first, then SIGTERM
@@ -276,7 +314,7 @@ class Recoverer:
 
     async def _kill_cgroup(self, f: Finding, path: str) -> Recovery:
         """End a call's cgroup: membership proves every process in it is the call's."""
-        how = f"cgroup.kill {path}"
+        how = How(Action.CGROUP_KILL, f"cgroup.kill {path}")
         cg = CallCgroup.at(path)
         if cg is None:
             return self._refuse(f, how, f"{path} is not a cgroup turnwatch made for a call")
@@ -284,11 +322,10 @@ class Recoverer:
             return self._refuse(f, how, f"{path} holds the watchdog or one of its ancestors")
         found = cg.members()
         if not found:
-            return Recovery(f, how, R.SKIPPED, "already empty")
+            return how(f, R.SKIPPED, "already empty")
         if self.dry_run:
-            return Recovery(
+            return how(
                 f,
-                how,
                 R.DRY_RUN,
                 f"SIGTERM {len(found)} member(s), cgroup.kill after {self.grace_s:g} s",
             )
@@ -300,21 +337,21 @@ class Recoverer:
         self.record(names.PROCESS_REAPED, f, pids=ended.gone, signal=ended.by, cgroup=path)
         return self._finished(f, how, ended, [], "")
 
-    def _refuse(self, f: Finding, how: str, why: str) -> Recovery:
+    def _refuse(self, f: Finding, how: How, why: str) -> Recovery:
         if not self.dry_run:
-            self.record(names.WATCHDOG_RECOVERED, f, result=R.REFUSED, action=how, error=why)
-        return Recovery(f, how, R.REFUSED, why)
+            self.record(names.WATCHDOG_RECOVERED, f, result=R.REFUSED, action=how.words, error=why)
+        return how(f, R.REFUSED, why)
 
     def _finished(
-        self, f: Finding, how: str, ended: terminate.Ended, refused: list[int], note: str
+        self, f: Finding, how: How, ended: terminate.Ended, refused: list[int], note: str
     ) -> Recovery:
         result = R.OK if not ended.alive else R.FAILED
         self.record(
             names.WATCHDOG_RECOVERED,
             f,
             result=result,
-            action=how,
+            action=how.words,
             survivors=ended.alive,
             refused_pids=refused,
         )
-        return Recovery(f, how, result, f"{len(ended.gone)} gone, {len(ended.alive)} left" + note)
+        return how(f, result, f"{len(ended.gone)} gone, {len(ended.alive)} left" + note)

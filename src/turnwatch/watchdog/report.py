@@ -37,7 +37,7 @@ class ChangeLog:
         out = []
         for f in cycle.findings:
             a = done.get(id(f))
-            state = f"{a.action} → {a.result} {a.detail}".rstrip() if a else f"{f.detail}"
+            state = f"{a.said} → {a.result} {a.detail}".rstrip() if a else f"{f.detail}"
             now[f.key] = _describe(f.kind, f.session, state)
             before = self._seen.get(f.key)
             if before is None:

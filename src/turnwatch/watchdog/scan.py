@@ -12,9 +12,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from turnwatch import names
 from turnwatch.runtime import cgroup
-from turnwatch.runtime.model import DEFAULT_GRACE_S, Policy
+from turnwatch.runtime.model import DEFAULT_GRACE_S, FindingKind, Policy, SessionStatus
 from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.tracing import view
 from turnwatch.tracing.view import CallView, SessionView, Thresholds
@@ -60,7 +59,7 @@ class Action(StrEnum):
 class Finding:
     """One thing that still holds a session, and what recovery would do about it."""
 
-    kind: str
+    kind: FindingKind
     session: str
     turn: str | None
     call: str | None = None
@@ -78,7 +77,7 @@ class Finding:
     def about(
         cls,
         c: CallView,
-        kind: str,
+        kind: FindingKind,
         session: str,
         *,
         since: float | None = None,
@@ -132,7 +131,7 @@ class ScanResult:
 
 
 def _about(
-    kind: str,
+    kind: FindingKind,
     session: str,
     c: CallView,
     since: float | None,
@@ -206,7 +205,7 @@ def _recorded_processes(
         if rpid is not None and not table.alive(rpid, rct):
             out.append(
                 _about(
-                    names.F_ORPHAN_TOOL_PROCESS,
+                    FindingKind.ORPHAN_TOOL_PROCESS,
                     session,
                     c,
                     c.started_ts,
@@ -217,7 +216,7 @@ def _recorded_processes(
         elif signalable and left and _age(now, stop_ts) > cfg.past_grace_s:
             out.append(
                 _about(
-                    names.F_ORPHAN_TOOL_PROCESS,
+                    FindingKind.ORPHAN_TOOL_PROCESS,
                     session,
                     c,
                     stop_ts,
@@ -230,7 +229,7 @@ def _recorded_processes(
         elif signalable and c.abort_ts is not None and _age(now, c.abort_ts) > cfg.past_grace_s:
             out.append(
                 _about(
-                    names.F_ABORTED_WITH_LIVE_PROCESS,
+                    FindingKind.ABORTED_WITH_LIVE_PROCESS,
                     session,
                     c,
                     c.abort_ts,
@@ -252,8 +251,8 @@ def _pinned(
         state, since = view.judge(r, now, cfg)
         rpid = r["runtime_pid"]
         if rpid is not None and not table.alive(rpid, r["runtime_create_time"]):
-            state, why = names.STATE_PINNED, f"its runtime pid {rpid} is gone"
-        elif state == names.STATE_PINNED:
+            state, why = SessionStatus.PINNED, f"its runtime pid {rpid} is gone"
+        elif state == SessionStatus.PINNED:
             why = (
                 "the turn settled but processing was never cleared"
                 if r["settled_ts"]
@@ -263,7 +262,7 @@ def _pinned(
             continue
         out.append(
             Finding(
-                names.F_PINNED_SESSION,
+                FindingKind.PINNED_SESSION,
                 r["session"],
                 r["turn"],
                 since=since,
@@ -274,7 +273,7 @@ def _pinned(
         if r["rpc_pending"] and r["settled_ts"] is None:
             out.append(
                 Finding(
-                    names.F_ABORT_RPC_STUCK,
+                    FindingKind.ABORT_RPC_STUCK,
                     r["session"],
                     r["turn"],
                     since=since,
@@ -296,7 +295,7 @@ def _overdue(conn: sqlite3.Connection, cfg: Config, now: float) -> list[Finding]
         if _age(now, quiet) > cfg.overdue_s:
             out.append(
                 _about(
-                    names.F_AWAIT_OVERDUE,
+                    FindingKind.AWAIT_OVERDUE,
                     r["session"],
                     c,
                     c.abort_ts,
@@ -321,7 +320,7 @@ def _after_the_stop(conn: sqlite3.Connection) -> list[Finding]:
         if c.late_ts is not None:
             out.append(
                 _about(
-                    names.F_ACTIVITY_AFTER_SETTLE,
+                    FindingKind.ACTIVITY_AFTER_SETTLE,
                     r["session"],
                     c,
                     c.late_ts,
@@ -331,7 +330,7 @@ def _after_the_stop(conn: sqlite3.Connection) -> list[Finding]:
         if c.granted_ts is not None and r["s_stop"] is not None and c.granted_ts > r["s_stop"]:
             out.append(
                 _about(
-                    names.F_PERMISSION_AFTER_STOP,
+                    FindingKind.PERMISSION_AFTER_STOP,
                     r["session"],
                     c,
                     c.granted_ts,
@@ -364,11 +363,13 @@ def _outliving(
         stopped = c.abort_ts or (r["s_stop"] if r["s_turn"] == c.turn else None)
         action = Action.CGROUP_KILL if c.cgroup is not None else Action.TERMINATE
         if r["s_rpid"] is not None and not table.alive(r["s_rpid"], r["s_rct"]):
-            kind, why = names.F_ORPHAN_TOOL_PROCESS, f"its runtime pid {r['s_rpid']} is gone"
+            kind, why = FindingKind.ORPHAN_TOOL_PROCESS, f"its runtime pid {r['s_rpid']} is gone"
         elif stopped is not None and _age(now, stopped) > cfg.past_grace_s:
             # The recorded process itself: as in process-group mode; what it left: orphans.
             leader = table.alive(c.pid, c.create_time)
-            kind = names.F_ABORTED_WITH_LIVE_PROCESS if leader else names.F_ORPHAN_TOOL_PROCESS
+            kind = (
+                FindingKind.ABORTED_WITH_LIVE_PROCESS if leader else FindingKind.ORPHAN_TOOL_PROCESS
+            )
             why = f"{_age(now, stopped) - cfg.grace_s:.0f} s after the grace window"
         else:
             continue
@@ -412,6 +413,6 @@ def apply_findings(rows: list[SessionView], findings: Iterable[Finding]) -> list
             continue
         if f.kind not in row.findings:
             row.findings.append(f.kind)
-        if f.kind == names.F_PINNED_SESSION and row.state != names.STATE_PINNED:
-            row.state, row.since = names.STATE_PINNED, f.since  # e.g. its runtime is gone
+        if f.kind == FindingKind.PINNED_SESSION and row.state != SessionStatus.PINNED:
+            row.state, row.since = SessionStatus.PINNED, f.since  # e.g. its runtime is gone
     return rows

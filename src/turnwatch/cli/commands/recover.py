@@ -55,7 +55,7 @@ def recover(
             return
         for a in asyncio.run(dog.act(findings, dry_run=True)):  # say it before doing it
             console.print(
-                f"• {a.finding.kind}: would {a.action}" + (f" ({a.detail})" if a.detail else "")
+                f"• {a.finding.kind}: would {a.said}" + (f" ({a.detail})" if a.detail else "")
             )
         if dry_run:
             return
@@ -67,6 +67,6 @@ def recover(
     finally:
         close()
     for a in done:
-        console.print(f"• {a.finding.kind}: {a.action} → {a.result} {a.detail}")
+        console.print(f"• {a.finding.kind}: {a.said} → {a.result} {a.detail}")
     if any(a.result in (RecoveryResult.FAILED, RecoveryResult.REFUSED) for a in done):
         raise typer.Exit(EXIT_FINDINGS)

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from turnwatch import names
 from turnwatch.cli.common import JsonOpt, LedgerOpt, console, read_conn
+from turnwatch.runtime.model import SessionStatus
 
 
 def sessions(
@@ -23,7 +23,7 @@ def sessions(
 
     conn = read_conn(ledger)
     every = annotate_findings(conn)
-    rows = [r for r in every if r.state == names.STATE_PINNED] if pinned else every
+    rows = [r for r in every if r.state == SessionStatus.PINNED] if pinned else every
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in rows], indent=2) + "\n")
         return

@@ -143,7 +143,7 @@ async def watchdog_recovers(
         cycle = await dog.cycle()
         for a in cycle.actions:
             if a.finding.session == session and a.result is RecoveryResult.OK:
-                say(f"watchdog: {a.finding.kind} in {session} → {a.action} ({a.detail})")
+                say(f"watchdog: {a.finding.kind} in {session} → {a.said} ({a.detail})")
                 return True
         await asyncio.sleep(0.1)
     return False
