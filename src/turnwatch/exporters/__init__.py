@@ -7,16 +7,9 @@ from typing import TYPE_CHECKING
 from turnwatch._lazy import exports
 
 if TYPE_CHECKING:
-    from turnwatch.exporters.metrics import LiveCollector, LiveState, StopMetrics, tool_label
+    from turnwatch.exporters.metrics import LiveCollector as LiveCollector
+    from turnwatch.exporters.metrics import LiveState as LiveState
+    from turnwatch.exporters.metrics import StopMetrics as StopMetrics
+    from turnwatch.exporters.metrics import tool_label as tool_label
 
-_WHERE = {
-    "LiveCollector": "turnwatch.exporters.metrics",
-    "LiveState": "turnwatch.exporters.metrics",
-    "StopMetrics": "turnwatch.exporters.metrics",
-    "tool_label": "turnwatch.exporters.metrics",
-}
-
-__all__ = ["LiveCollector", "LiveState", "StopMetrics", "tool_label"]
-
-
-__getattr__, __dir__ = exports(__name__, _WHERE)
+__getattr__, __dir__ = exports(__name__)

@@ -12,125 +12,43 @@ from typing import TYPE_CHECKING
 from turnwatch._lazy import exports
 
 if TYPE_CHECKING:
-    from turnwatch.runtime.control import ControlServer
-    from turnwatch.runtime.events import Event, EventSink, FanOut, MemorySink
-    from turnwatch.runtime.gate import Answer
-    from turnwatch.runtime.handle import CallHandle
-    from turnwatch.runtime.host import LocalHost
-    from turnwatch.runtime.model import (
-        BUILTIN_CLASSES,
-        DEFAULT_GRACE_S,
-        POLICY_OF,
-        CallIdReusedError,
-        Mode,
-        Outcome,
-        Phase,
-        Policy,
-        Receipt,
-        StopSource,
-        ToolClass,
-        ToolResult,
-        TurnBusyError,
-        TurnOutcome,
-        TurnwatchError,
-        UnknownSessionError,
-        UnknownTurnError,
-        class_of,
-    )
-    from turnwatch.runtime.protocol import (
-        AbortRequest,
-        ExecuteRequest,
-        Host,
-        HostResult,
-        HostStatus,
-        Progress,
-        Started,
-    )
-    from turnwatch.runtime.registry import AbortRecord, AbortRegistry
-    from turnwatch.runtime.runtime import Runtime
-    from turnwatch.runtime.session import Session, Turn
+    from turnwatch.runtime.control import ControlServer as ControlServer
+    from turnwatch.runtime.events import Event as Event
+    from turnwatch.runtime.events import EventSink as EventSink
+    from turnwatch.runtime.events import FanOut as FanOut
+    from turnwatch.runtime.events import MemorySink as MemorySink
+    from turnwatch.runtime.gate import Answer as Answer
+    from turnwatch.runtime.handle import CallHandle as CallHandle
+    from turnwatch.runtime.host import LocalHost as LocalHost
+    from turnwatch.runtime.model import BUILTIN_CLASSES as BUILTIN_CLASSES
+    from turnwatch.runtime.model import DEFAULT_GRACE_S as DEFAULT_GRACE_S
+    from turnwatch.runtime.model import POLICY_OF as POLICY_OF
+    from turnwatch.runtime.model import CallIdReusedError as CallIdReusedError
+    from turnwatch.runtime.model import Mode as Mode
+    from turnwatch.runtime.model import Outcome as Outcome
+    from turnwatch.runtime.model import Phase as Phase
+    from turnwatch.runtime.model import Policy as Policy
+    from turnwatch.runtime.model import Receipt as Receipt
+    from turnwatch.runtime.model import StopSource as StopSource
+    from turnwatch.runtime.model import ToolClass as ToolClass
+    from turnwatch.runtime.model import ToolResult as ToolResult
+    from turnwatch.runtime.model import TurnBusyError as TurnBusyError
+    from turnwatch.runtime.model import TurnOutcome as TurnOutcome
+    from turnwatch.runtime.model import TurnwatchError as TurnwatchError
+    from turnwatch.runtime.model import UnknownSessionError as UnknownSessionError
+    from turnwatch.runtime.model import UnknownTurnError as UnknownTurnError
+    from turnwatch.runtime.model import class_of as class_of
+    from turnwatch.runtime.protocol import AbortRequest as AbortRequest
+    from turnwatch.runtime.protocol import ExecuteRequest as ExecuteRequest
+    from turnwatch.runtime.protocol import Host as Host
+    from turnwatch.runtime.protocol import HostResult as HostResult
+    from turnwatch.runtime.protocol import HostStatus as HostStatus
+    from turnwatch.runtime.protocol import Progress as Progress
+    from turnwatch.runtime.protocol import Started as Started
+    from turnwatch.runtime.registry import AbortRecord as AbortRecord
+    from turnwatch.runtime.registry import AbortRegistry as AbortRegistry
+    from turnwatch.runtime.runtime import Runtime as Runtime
+    from turnwatch.runtime.session import Session as Session
+    from turnwatch.runtime.session import Turn as Turn
 
-_WHERE = {
-    "ControlServer": "turnwatch.runtime.control",
-    "Event": "turnwatch.runtime.events",
-    "EventSink": "turnwatch.runtime.events",
-    "FanOut": "turnwatch.runtime.events",
-    "MemorySink": "turnwatch.runtime.events",
-    "Answer": "turnwatch.runtime.gate",
-    "LocalHost": "turnwatch.runtime.host",
-    "BUILTIN_CLASSES": "turnwatch.runtime.model",
-    "POLICY_OF": "turnwatch.runtime.model",
-    "CallIdReusedError": "turnwatch.runtime.model",
-    "Mode": "turnwatch.runtime.model",
-    "Outcome": "turnwatch.runtime.model",
-    "Phase": "turnwatch.runtime.model",
-    "Policy": "turnwatch.runtime.model",
-    "Receipt": "turnwatch.runtime.model",
-    "StopSource": "turnwatch.runtime.model",
-    "ToolClass": "turnwatch.runtime.model",
-    "ToolResult": "turnwatch.runtime.model",
-    "TurnBusyError": "turnwatch.runtime.model",
-    "TurnOutcome": "turnwatch.runtime.model",
-    "TurnwatchError": "turnwatch.runtime.model",
-    "UnknownSessionError": "turnwatch.runtime.model",
-    "UnknownTurnError": "turnwatch.runtime.model",
-    "class_of": "turnwatch.runtime.model",
-    "AbortRequest": "turnwatch.runtime.protocol",
-    "ExecuteRequest": "turnwatch.runtime.protocol",
-    "Host": "turnwatch.runtime.protocol",
-    "HostResult": "turnwatch.runtime.protocol",
-    "HostStatus": "turnwatch.runtime.protocol",
-    "Progress": "turnwatch.runtime.protocol",
-    "Started": "turnwatch.runtime.protocol",
-    "AbortRecord": "turnwatch.runtime.registry",
-    "AbortRegistry": "turnwatch.runtime.registry",
-    "DEFAULT_GRACE_S": "turnwatch.runtime.model",
-    "Runtime": "turnwatch.runtime.runtime",
-    "CallHandle": "turnwatch.runtime.handle",
-    "Session": "turnwatch.runtime.session",
-    "Turn": "turnwatch.runtime.session",
-}
-
-__all__ = [
-    "BUILTIN_CLASSES",
-    "DEFAULT_GRACE_S",
-    "POLICY_OF",
-    "AbortRecord",
-    "AbortRegistry",
-    "AbortRequest",
-    "Answer",
-    "CallHandle",
-    "CallIdReusedError",
-    "ControlServer",
-    "Event",
-    "EventSink",
-    "ExecuteRequest",
-    "FanOut",
-    "Host",
-    "HostResult",
-    "HostStatus",
-    "LocalHost",
-    "MemorySink",
-    "Mode",
-    "Outcome",
-    "Phase",
-    "Policy",
-    "Progress",
-    "Receipt",
-    "Runtime",
-    "Session",
-    "Started",
-    "StopSource",
-    "ToolClass",
-    "ToolResult",
-    "Turn",
-    "TurnBusyError",
-    "TurnOutcome",
-    "TurnwatchError",
-    "UnknownSessionError",
-    "UnknownTurnError",
-    "class_of",
-]
-
-
-__getattr__, __dir__ = exports(__name__, _WHERE)
+__getattr__, __dir__ = exports(__name__)

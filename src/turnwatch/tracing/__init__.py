@@ -7,50 +7,21 @@ from typing import TYPE_CHECKING
 from turnwatch._lazy import exports
 
 if TYPE_CHECKING:
-    from turnwatch.tracing.ingest import BadLine, IngestReport, ingest, parse_line
-    from turnwatch.tracing.ledger import Ledger, LedgerError, connect, read_events
-    from turnwatch.tracing.paths import default_path
-    from turnwatch.tracing.pipeline import Telemetry
-    from turnwatch.tracing.spans import SpanBuilder
-    from turnwatch.tracing.view import CallView, SessionView, Thresholds, sessions, timeline
+    from turnwatch.tracing.ingest import BadLine as BadLine
+    from turnwatch.tracing.ingest import IngestReport as IngestReport
+    from turnwatch.tracing.ingest import ingest as ingest
+    from turnwatch.tracing.ingest import parse_line as parse_line
+    from turnwatch.tracing.ledger import Ledger as Ledger
+    from turnwatch.tracing.ledger import LedgerError as LedgerError
+    from turnwatch.tracing.ledger import connect as connect
+    from turnwatch.tracing.ledger import read_events as read_events
+    from turnwatch.tracing.paths import default_path as default_path
+    from turnwatch.tracing.pipeline import Telemetry as Telemetry
+    from turnwatch.tracing.spans import SpanBuilder as SpanBuilder
+    from turnwatch.tracing.view import CallView as CallView
+    from turnwatch.tracing.view import SessionView as SessionView
+    from turnwatch.tracing.view import Thresholds as Thresholds
+    from turnwatch.tracing.view import sessions as sessions
+    from turnwatch.tracing.view import timeline as timeline
 
-_WHERE = {
-    "BadLine": "turnwatch.tracing.ingest",
-    "IngestReport": "turnwatch.tracing.ingest",
-    "ingest": "turnwatch.tracing.ingest",
-    "parse_line": "turnwatch.tracing.ingest",
-    "Ledger": "turnwatch.tracing.ledger",
-    "LedgerError": "turnwatch.tracing.ledger",
-    "connect": "turnwatch.tracing.ledger",
-    "default_path": "turnwatch.tracing.paths",
-    "read_events": "turnwatch.tracing.ledger",
-    "Telemetry": "turnwatch.tracing.pipeline",
-    "SpanBuilder": "turnwatch.tracing.spans",
-    "CallView": "turnwatch.tracing.view",
-    "SessionView": "turnwatch.tracing.view",
-    "Thresholds": "turnwatch.tracing.view",
-    "sessions": "turnwatch.tracing.view",
-    "timeline": "turnwatch.tracing.view",
-}
-
-__all__ = [
-    "BadLine",
-    "CallView",
-    "IngestReport",
-    "Ledger",
-    "LedgerError",
-    "SessionView",
-    "SpanBuilder",
-    "Telemetry",
-    "Thresholds",
-    "connect",
-    "default_path",
-    "ingest",
-    "parse_line",
-    "read_events",
-    "sessions",
-    "timeline",
-]
-
-
-__getattr__, __dir__ = exports(__name__, _WHERE)
+__getattr__, __dir__ = exports(__name__)
