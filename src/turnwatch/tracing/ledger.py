@@ -9,6 +9,7 @@ transaction, so the derived view stays fast on big ledgers.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import hashlib
 import logging
@@ -41,8 +42,16 @@ BATCH_MAX = 2000
 #: With fewer events than this waiting, the writer sleeps LINGER_S first, to let a batch gather.
 LINGER_BELOW = 256
 LINGER_S = 0.005
-#: How often the writer retries a failed batch before it counts the events lost.
+#: How often the writer retries a batch that failed for a reason no wait will mend (a corrupt
+#: file, a bug) before it counts the events lost.
 WRITE_RETRIES = 3
+#: Events the writer keeps, in order, while the file cannot be written (a full disk, a locked or
+#: read-only file): past this, the oldest are dropped and counted lost. About 100 MB at most.
+BACKLOG_MAX = 100_000
+#: How long ``close()`` waits for a file that cannot be written before it counts what waits lost.
+CLOSE_WAIT_FAILING_S = 5.0
+#: The writer's first and longest wait between tries while the file cannot be written.
+RETRY_FIRST_S, RETRY_MAX_S = 0.05, 2.0
 BUSY_TIMEOUT_S = 5.0
 
 _SCHEMA = (
@@ -284,7 +293,10 @@ def write_batch(
         conn.execute("COMMIT")
     except BaseException:
         summary.forget()  # its rows are ahead of the file now
-        conn.execute("ROLLBACK")
+        # SQLite ends the transaction itself on some errors (a full disk): a ROLLBACK then
+        # raises "no transaction is active" and hides the real cause.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
     return len(events)
 
@@ -341,8 +353,15 @@ class Ledger:
         self._queue: queue.SimpleQueue[
             tuple[Event, str | None] | _Meta | threading.Event | None
         ] = queue.SimpleQueue()
-        # Events that could not be written (disk full, file locked beyond the retries).
+        # Events that could not be written (past the backlog's bound, or a batch no wait mends).
         self.lost = 0
+        # Events that wait, in order, while the file cannot be written; and flushes waiting for
+        # them. Owned by the writer thread.
+        self._backlog: collections.deque[tuple[Event, str | None]] = collections.deque()
+        self._waiters: list[threading.Event] = []
+        # Why the file cannot be written now (said once per outage), and the next wait.
+        self.failing: str | None = None
+        self._retry_s = RETRY_FIRST_S
         # Events committed by this writer.
         self.written = 0
         self._closed = False
@@ -392,7 +411,9 @@ class Ledger:
         """Flush and stop the writer; idempotent, and registered to run at exit."""
         if self._closed:
             return
-        self.flush()
+        # A file that cannot be written gets a few seconds more, not the whole flush wait: what
+        # still waits then is counted lost, and said.
+        self.flush(CLOSE_WAIT_FAILING_S if self.failing else 30.0)
         self._closed = True
         self._queue.put(None)
         self._thread.join(timeout=30)
@@ -406,7 +427,17 @@ class Ledger:
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            if self._backlog:
+                # The file could not be written: wait before trying again, taking in what comes
+                # meanwhile (behind what waits, so the order holds).
+                try:
+                    item = self._queue.get(timeout=self._retry_s)
+                except queue.Empty:
+                    self._retry()
+                    self._release()
+                    continue
+            else:
+                item = self._queue.get()
             # An event, not a flush marker, a meta value or the stop.
             is_event = isinstance(item, tuple)
             if is_event and self._queue.qsize() < LINGER_BELOW:
@@ -416,14 +447,50 @@ class Ledger:
                 self._hurry.wait(LINGER_S)
                 self._hurry.clear()
             batch, metas, waiters, stop = self._drain(item)
+            self._waiters += waiters
             if batch:
-                self._commit(batch)
+                self._backlog.extend(batch)
+                self._bound()
+            if self._backlog and (not self.failing or stop):
+                self._retry()
             if metas:
                 self._put_metas(metas)
-            for w in waiters:
-                w.set()
             if stop:
+                if self._backlog:
+                    self._lose(len(self._backlog), f"closed while {self.failing}")
+                    self._backlog.clear()
+                self._release()
                 return
+            self._release()
+
+    def _release(self) -> None:
+        """Wake the flushes waiting, once nothing enqueued before them waits any more."""
+        if not self._backlog:
+            for w in self._waiters:
+                w.set()
+            self._waiters.clear()
+
+    def _retry(self) -> None:
+        """Write what waits, oldest first, a batch at a time, until it is done or fails."""
+        while self._backlog:
+            n = min(len(self._backlog), BATCH_MAX)
+            batch = [self._backlog[i] for i in range(n)]
+            if not self._commit(batch):
+                self._retry_s = min(self._retry_s * 2, RETRY_MAX_S)
+                return
+            for _ in range(n):
+                self._backlog.popleft()
+        if self.failing is not None:
+            log.warning("turnwatch ledger %s: writing again (%s is over)", self.path, self.failing)
+        self.failing = None
+        self._retry_s = RETRY_FIRST_S
+
+    def _bound(self) -> None:
+        over = len(self._backlog) - BACKLOG_MAX
+        if over > 0:  # the oldest go: what is newest says most about what is live now
+            for _ in range(over):
+                self._backlog.popleft()
+            self._lose(over, f"{self.failing}: more than {BACKLOG_MAX} events waited")
 
     def _drain(
         self, item: tuple[Event, str | None] | _Meta | threading.Event | None
@@ -457,7 +524,8 @@ class Ledger:
         except sqlite3.Error as exc:  # a checkpoint lost re-reads lines; dedup keeps them once
             log.error("turnwatch ledger %s: could not keep %s: %s", self.path, sorted(metas), exc)
 
-    def _commit(self, batch: list[tuple[Event, str | None]]) -> None:
+    def _commit(self, batch: list[tuple[Event, str | None]]) -> bool:
+        """Write ``batch``: False if the file cannot be written now (the batch still waits)."""
         # Each event is read once, even if the write is retried: a retry folds the rows again
         # but must not build a span twice.
         staged: dict[int, Event] = {}
@@ -475,12 +543,25 @@ class Ledger:
                 self.written += write_batch(
                     self._conn, self._summary, batch, read if stages else None
                 )
-                return
+                return True
+            except sqlite3.OperationalError as exc:
+                # A full disk, a locked or read-only file: it can mend. The batch waits in the
+                # backlog, in order; the cause is said once per outage.
+                if self.failing is None:
+                    self.failing = str(exc)
+                    log.warning(
+                        "turnwatch ledger %s: cannot write (%s); %d event(s) waiting, retrying",
+                        self.path,
+                        exc,
+                        len(self._backlog),
+                    )
+                return False
             except sqlite3.Error as exc:
                 if attempt == WRITE_RETRIES - 1:
                     self._lose(len(batch), str(exc))
-                    return
+                    return True  # counted: nothing of it waits
                 time.sleep(0.05 * (attempt + 1))
+        return True
 
 
 def read_events(

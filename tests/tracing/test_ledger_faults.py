@@ -1,0 +1,99 @@
+"""The ledger's writer on a bad day: a full disk (a real tmpfs), then space again. It names the
+real cause once, keeps what waits in order, and writes it all when it can; nothing is lost
+within its backlog's bound. CI runs as root, so these mount and never skip there."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from turnwatch import names
+from turnwatch.runtime.events import Event
+from turnwatch.tracing import ledger as ledger_module
+from turnwatch.tracing.ledger import Ledger, connect, read_events
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 384 KiB tmpfs of our own (root only: CI is root, and must run this)."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI runs as root: the tmpfs tests must run")
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=384k", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Take every byte the file system has left."""
+    with contextlib.suppress(OSError), path.open("wb", buffering=0) as f:
+        while True:
+            f.write(b"\0" * 4096)
+
+
+def events(n: int, start: int = 0) -> list[Event]:
+    return [
+        Event(names.TOOL_PROGRESS, "s", float(i), turn="t", call="c", attrs={"text": "x" * 200})
+        for i in range(start, start + n)
+    ]
+
+
+def test_a_full_disk_names_its_cause_once_and_loses_nothing_when_space_returns(
+    small_fs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = small_fs / "ledger.sqlite3"
+    ledger = Ledger(path)
+    try:
+        ledger.extend(events(10))
+        assert ledger.flush(timeout=10)
+        filler = small_fs / "filler"
+        fill(filler)
+        with caplog.at_level(logging.WARNING, logger="turnwatch.ledger"):
+            ledger.extend(events(3000, start=10))  # far more than the disk has room for
+            assert not ledger.flush(timeout=1.5)  # waiting: not written, not lost
+        said = [r.getMessage() for r in caplog.records]
+        assert ledger.lost == 0
+        assert len(said) == 1, said  # once per outage, not once per batch
+        assert "database or disk is full" in said[0]
+        assert str(path) in said[0]
+        assert "no transaction is active" not in said[0]
+        # Space again: the volume grown, as an operator does.
+        subprocess.run(["mount", "-o", "remount,size=16m", str(small_fs)], check=True)
+        ledger.extend(events(5, start=3010))
+        assert ledger.flush(timeout=20)
+        assert ledger.lost == 0
+    finally:
+        ledger.close()
+    written = [ev.ts_unix for _seq, ev in read_events(connect(path, readonly=True))]
+    assert written == [float(i) for i in range(3015)]  # every event, in order
+
+
+def test_past_its_bound_the_backlog_drops_the_oldest_and_counts_them(
+    small_fs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ledger_module, "BACKLOG_MAX", 500)
+    path = small_fs / "ledger.sqlite3"
+    ledger = Ledger(path)
+    try:
+        assert ledger.flush(timeout=10)
+        fill(small_fs / "filler")
+        ledger.extend(events(1500))
+        assert not ledger.flush(timeout=1.0)
+        assert ledger.lost == 1000  # the oldest, counted (turnwatch_ledger_events_lost)
+        subprocess.run(["mount", "-o", "remount,size=16m", str(small_fs)], check=True)
+        assert ledger.flush(timeout=20)
+    finally:
+        ledger.close()
+    written = [ev.ts_unix for _seq, ev in read_events(connect(path, readonly=True))]
+    assert written == [float(i) for i in range(1000, 1500)]  # the newest, in order
