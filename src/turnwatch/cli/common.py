@@ -45,6 +45,16 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     return typer.Exit(code)
 
 
+def said_lost(ledger: Any) -> None:
+    """What a program says as it ends if its ledger lost events (a full disk past the backlog,
+    a file that could not be written when it closed): the count, the file, the cause, exit 1."""
+    if ledger is not None and ledger.lost:
+        raise fail(
+            f"{ledger.lost} event(s) could not be written to {ledger.path}: {ledger.lost_why}",
+            EXIT_FINDINGS,
+        )
+
+
 def positive(option: str, value: float) -> None:
     """Exit 2 unless ``value`` > 0: a zero interval would spin a core, a negative window is
     meaningless."""

@@ -37,9 +37,10 @@ def serve_ledger_metrics(
     stop: threading.Event | None = None,
     events: EventsOptions | None = None,
     page: bool = False,
-) -> None:
-    """Serve until ``stop`` is set (or forever); with ``events``, ``POST /v1/events`` too; with
-    ``page``, the live page (its Stop through each session's control endpoint)."""
+) -> Ledger | None:
+    """Serve until ``stop`` is set or Ctrl-C (or forever); with ``events``, ``POST /v1/events``
+    too, whose ledger this returns, closed (what it lost, the program says); with ``page``, the
+    live page (its Stop through each session's control endpoint)."""
     registry = CollectorRegistry()
     follower, _metrics = build(path, registry)
     replayed = follower.poll()
@@ -65,10 +66,12 @@ def serve_ledger_metrics(
     try:
         while not stop.wait(poll_s):
             follower.poll()
+    except KeyboardInterrupt:  # Ctrl-C: the way a person stops it
+        pass
     finally:
         http.stop(server)
-        if close is not None:
-            close()
+        ledger = close() if close is not None else None
+    return ledger
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class EventsOptions:
 
 def _events_route(
     path: Path, opts: EventsOptions
-) -> tuple[dict[str, http.WSGIApp], Callable[[], None]]:
+) -> tuple[dict[str, http.WSGIApp], Callable[[], Ledger]]:
     """The events endpoint over the ledger at ``path`` (spans built as for ``ingest``)."""
     provider = tracer_provider()
     ledger = Ledger(path)
@@ -90,9 +93,10 @@ def _events_route(
         ledger=ledger, spans=SpanBuilder(provider.get_tracer("turnwatch")), dedup=True
     )
 
-    def close() -> None:
+    def close() -> Ledger:
         ledger.close()
         provider.shutdown()
+        return ledger
 
     app = EventsApp(
         recorder(telemetry, ledger),

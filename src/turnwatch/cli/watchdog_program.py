@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from turnwatch.cli.common import said_lost
 from turnwatch.exporters.otel import tracer_provider
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.pipeline import Telemetry
@@ -33,7 +34,7 @@ def make_watchdog(
     say: Callable[[str], None],
     observe_scan: Callable[[float], None] | None = None,
     agents: Agents | None = None,
-) -> tuple[Watchdog, Callable[[], None]]:
+) -> tuple[Watchdog, Callable[[], Ledger]]:
     """A watchdog recording its findings and actions (and their spans) into the ledger at
     ``path``, and what closes both (the ledger first: its writer builds the spans).
 
@@ -58,11 +59,12 @@ def make_watchdog(
             agents.poll(watch)
             return ledger.flush()
 
-    def close() -> None:
+    def close() -> Ledger:
         if stop_following is not None:  # first: what it read is written before the ledger shuts
             stop_following()
         ledger.close()
         provider.shutdown()
+        return ledger  # what it could not write, the program says as it ends
 
     return Watchdog(
         path,
@@ -138,9 +140,11 @@ def once(
 ) -> Cycle:
     dog, close = make_watchdog(path, cfg, recover=recover, dry_run=dry_run, say=say, agents=agents)
     try:
-        return asyncio.run(dog.cycle())
+        cycle = asyncio.run(dog.cycle())
     finally:
-        close()
+        ledger = close()
+    said_lost(ledger)
+    return cycle
 
 
 def loop(
@@ -200,4 +204,5 @@ def loop(
     finally:
         if server is not None:
             http.stop(server)
-        close()
+        ledger = close()
+    said_lost(ledger)

@@ -48,7 +48,8 @@ WRITE_RETRIES = 3
 #: Events the writer keeps, in order, while the file cannot be written (a full disk, a locked or
 #: read-only file): past this, the oldest are dropped and counted lost. About 100 MB at most.
 BACKLOG_MAX = 100_000
-#: How long ``close()`` waits for a file that cannot be written before it counts what waits lost.
+#: How long a flush (and so ``close()``, which then counts what waits lost) waits for a file
+#: that cannot be written.
 CLOSE_WAIT_FAILING_S = 5.0
 #: The writer's first and longest wait between tries while the file cannot be written.
 RETRY_FIRST_S, RETRY_MAX_S = 0.05, 2.0
@@ -353,8 +354,10 @@ class Ledger:
         self._queue: queue.SimpleQueue[
             tuple[Event, str | None] | _Meta | threading.Event | None
         ] = queue.SimpleQueue()
-        # Events that could not be written (past the backlog's bound, or a batch no wait mends).
+        # Events that could not be written (past the backlog's bound, or a batch no wait mends),
+        # and why the last of them was lost.
         self.lost = 0
+        self.lost_why = ""
         # Events that wait, in order, while the file cannot be written; and flushes waiting for
         # them. Owned by the writer thread.
         self._backlog: collections.deque[tuple[Event, str | None]] = collections.deque()
@@ -399,21 +402,35 @@ class Ledger:
             self._queue.put(_Meta(key, value))
 
     def flush(self, timeout: float | None = 30.0) -> bool:
-        """Wait until everything enqueued so far is committed (or counted lost)."""
+        """Wait until everything enqueued so far is committed (or counted lost): True once it
+        is, False after ``timeout``, or after :data:`CLOSE_WAIT_FAILING_S` of it while the file
+        cannot be written (a program does not hang on a full disk)."""
         if self._closed or not self._thread.is_alive():
             return True
         done = threading.Event()
         self._queue.put(done)
         self._hurry.set()
-        return done.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        failing_since: float | None = None
+        while not done.wait(0.1):
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return False
+            if self.failing is None:
+                failing_since = None
+            elif failing_since is None:
+                failing_since = now
+            elif now - failing_since >= CLOSE_WAIT_FAILING_S:
+                return False
+        return True
 
     def close(self) -> None:
         """Flush and stop the writer; idempotent, and registered to run at exit."""
         if self._closed:
             return
-        # A file that cannot be written gets a few seconds more, not the whole flush wait: what
-        # still waits then is counted lost, and said.
-        self.flush(CLOSE_WAIT_FAILING_S if self.failing else 30.0)
+        # A file that cannot be written gets a few seconds more (flush's own bound), not the
+        # whole wait: what still waits then is counted lost, and said.
+        self.flush()
         self._closed = True
         self._queue.put(None)
         self._thread.join(timeout=30)
@@ -423,6 +440,7 @@ class Ledger:
 
     def _lose(self, n: int, why: str) -> None:
         self.lost += n
+        self.lost_why = why
         log.error("turnwatch ledger %s: %d event(s) could not be written: %s", self.path, n, why)
 
     def _run(self) -> None:

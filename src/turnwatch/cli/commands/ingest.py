@@ -9,7 +9,15 @@ from typing import Annotated, Any
 
 import typer
 
-from turnwatch.cli.common import EXIT_BAD_INPUT, LedgerOpt, err, exporter_config, fail, ledger_path
+from turnwatch.cli.common import (
+    EXIT_BAD_INPUT,
+    LedgerOpt,
+    err,
+    exporter_config,
+    fail,
+    ledger_path,
+    said_lost,
+)
 
 
 def ingest(
@@ -156,9 +164,11 @@ def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
 
 
 def _summary(wiring: Any, line: str, *, bad: int) -> None:
-    """The one line an ingest ends with; exit 2 if anything was lost or rejected."""
+    """The one line an ingest ends with; exit 2 if a line was rejected, else 1 if an event was
+    lost."""
     err.print(line, highlight=False)
-    if wiring.ledger.lost:
-        raise fail(f"{wiring.ledger.lost} event(s) could not be written to {wiring.ledger.path}")
     if bad:
+        if wiring.ledger.lost:
+            fail(f"{wiring.ledger.lost} event(s) could not be written to {wiring.ledger.path}")
         raise typer.Exit(EXIT_BAD_INPUT)
+    said_lost(wiring.ledger)

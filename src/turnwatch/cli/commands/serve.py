@@ -19,6 +19,7 @@ from turnwatch.cli.common import (
     ledger_path,
     positive,
     read_conn,
+    said_lost,
 )
 
 
@@ -68,7 +69,7 @@ def run_server(
                 raise fail(f"{token_file}: empty; a token file holds the token")
         opts = EventsOptions(token, tuple(cors_origin or ()), max_body)
     try:
-        serve_ledger_metrics(
+        written = serve_ledger_metrics(
             path,
             addr,
             poll_s=poll,
@@ -80,3 +81,4 @@ def run_server(
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         return
+    said_lost(written)

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from turnwatch.cli.common import said_lost
 from turnwatch.cli.demo.scenario import DemoReport, run_demo
 from turnwatch.cli.wiring import wire
 from turnwatch.exporters import http
@@ -73,6 +74,7 @@ def run(
                 pass
             finally:
                 http.stop(server)
+        said_lost(wiring.ledger)  # last: the report above may miss what the ledger lost
 
 
 def run_web(*, grace_s: float, ledger: Path | None, addr: str, err: Console) -> None:
@@ -98,3 +100,4 @@ def run_web(*, grace_s: float, ledger: Path | None, addr: str, err: Console) -> 
             pass
         finally:
             wiring.close()
+        said_lost(wiring.ledger)
