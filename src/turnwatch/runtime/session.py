@@ -37,10 +37,18 @@ from turnwatch.runtime.registry import AbortRegistry
 AskPermission = Callable[[str, ToolClass], bool]
 
 
+#: How many ids an error names: a runtime or ledger may know thousands.
+CLOSEST = 5
+
+
 def closest(name: str, known: list[str]) -> str:
-    """``known`` as a comma list, the closest to ``name`` first (for error messages)."""
-    near = difflib.get_close_matches(name, known, n=len(known), cutoff=0.0)
-    return ", ".join(near) or "(none)"
+    """At most :data:`CLOSEST` of ``known``, the closest to ``name`` first, and how many more
+    there are (for error messages)."""
+    if not known:
+        return "(none)"
+    near = difflib.get_close_matches(name, known, n=CLOSEST, cutoff=0.0)
+    more = len(known) - len(near)
+    return ", ".join(near) + (f" (and {more} more)" if more else "")
 
 
 @dataclass(frozen=True, slots=True)
