@@ -5,7 +5,7 @@ Light on purpose: ``turnwatch --help`` imports this, and nothing heavy.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -43,6 +43,30 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
+
+
+class Capped:
+    """Say the first :attr:`limit` problems of a run, then only count them: a binary file is
+    hundreds of bad lines, and the first few say what is wrong."""
+
+    limit = 10
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.seen = 0
+
+    def __call__(self, problem: object) -> None:
+        if getattr(problem, "lineno", None) == 0:  # a whole file's verdict: always said
+            self.say(str(problem))
+            return
+        self.seen += 1
+        if self.seen <= self.limit:
+            self.say(str(problem))
+
+    def finish(self) -> None:
+        """Say how many went unsaid."""
+        if self.seen > self.limit:
+            self.say(f"… and {self.seen - self.limit} more unreadable line(s)")
 
 
 def said_lost(ledger: Any) -> None:

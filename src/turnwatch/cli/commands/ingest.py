@@ -11,6 +11,7 @@ import typer
 
 from turnwatch.cli.common import (
     EXIT_BAD_INPUT,
+    Capped,
     LedgerOpt,
     err,
     exporter_config,
@@ -100,16 +101,12 @@ def _ingest_agent_logs(
         if not p.exists():
             raise fail(f"{p}: cannot read (No such file or directory)")
     wiring = _wire(ledger)
+    problems = Capped(lambda m: err.print(m, highlight=False, markup=False))
     try:
-        report = agent_files.run(
-            paths,
-            wiring,
-            fmt=fmt,
-            keep_args=keep_args,
-            on_problem=lambda p: err.print(str(p), highlight=False, markup=False),
-        )
+        report = agent_files.run(paths, wiring, fmt=fmt, keep_args=keep_args, on_problem=problems)
     finally:
         wiring.close()
+        problems.finish()
     new = wiring.ledger.written
     unknown = sum(report.unknown.values())
     _summary(
@@ -139,18 +136,20 @@ def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
         err.print(message, highlight=False, markup=False)
 
     report = None
+    problems = Capped(say)
     try:
         report = ingest_follow.run(
             path,
             wiring,
             follow=follow,
             say=say,
-            on_bad=lambda b: say(f"{name}:{b.lineno}: {b.reason}"),
+            on_bad=lambda b: problems(f"{name}:{b.lineno}: {b.reason}"),
         )
     except KeyboardInterrupt:
         pass
     finally:
         wiring.close()
+        problems.finish()
     if report is None:
         return
     new = wiring.ledger.written

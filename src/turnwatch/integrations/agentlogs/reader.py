@@ -92,6 +92,7 @@ def read_file(
     report = report if report is not None else Report()
     name = str(path)
     with open(path, "rb") as f:
+        problems_before = report.problem_count
         numbered = _records(f, name, report)
         first: list[tuple[int, Any]] = []
         if fmt is None:
@@ -100,10 +101,15 @@ def read_file(
                 fmt = sniff(rec)
                 if fmt is not None or len(first) >= SNIFF_LINES:
                     break
+            if fmt is None and not first and report.problem_count == problems_before:
+                return report  # an empty file (or blank lines): nothing in it, nothing wrong
             if fmt is None:
+                bad = report.problem_count - problems_before
                 raise NotASessionFile(
                     f"{name}: not a Codex, Claude Code or Gemini CLI session file "
-                    f"(no record of theirs in its first {len(first)} line(s))"
+                    f"(no record of theirs in its first {len(first)} record(s)"
+                    + (f"; {bad} line(s) unreadable" if bad else "")
+                    + ")"
                 )
         tr: Translator = FORMATS[fmt](log=name, keep_args=keep_args)
         seen = 0

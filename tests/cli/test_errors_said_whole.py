@@ -1,5 +1,6 @@
-"""An unknown id is one line naming at most five of the closest ids, never every one, and never a
-traceback (not even on a ledger with no sessions)."""
+"""Errors said whole and short: an unknown id names at most five of the closest ids, never every
+one (and never a traceback, not even on an empty ledger); a file of bad lines is its first
+problems and a count; an empty file is no events, not an error."""
 
 from __future__ import annotations
 
@@ -45,3 +46,25 @@ async def test_the_runtime_names_five_of_the_closest_too() -> None:
     assert str(raised.value).count("sess-") <= 6
     with pytest.raises(UnknownSessionError, match="none"):
         Runtime(LocalHost(subreaper=False)).session("x")
+
+
+def test_ingest_of_a_binary_file_says_the_first_problems_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    binary = tmp_path / "blob"
+    binary.write_bytes(bytes(range(256)) * 64 + b"\n\xff\xfe\n" * 300)
+    result = turnwatch("ingest", str(binary), "--ledger", str(tmp_path / "l.sqlite3"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) <= 14, lines  # ten lines, the file's verdict, the count, the summary
+    assert any("not a Codex, Claude Code or Gemini CLI session file" in x for x in lines)
+    assert any("more unreadable line(s)" in x for x in lines)
+    assert "Traceback" not in result.stderr
+
+
+def test_ingest_of_an_empty_file_is_no_events_and_no_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    result = turnwatch("ingest", str(empty), "--ledger", str(tmp_path / "l.sqlite3"))
+    assert result.returncode == 0, result.stderr
+    assert "ingested 0 new event(s)" in result.stderr
