@@ -84,16 +84,27 @@ def test_ipv6_is_printed_with_brackets() -> None:
     [
         ["watch", "--interval", "0"],
         ["watch", "--interval", "-1"],
+        ["watch", "--interval", "1e-9"],  # would spin a core
+        ["watch", "--interval", "inf"],  # would sleep forever
         ["watch", "--once", "--grace", "0"],
+        ["watch", "--once", "--grace", "inf"],
+        ["watch", "--once", "--pinned-after", "-5"],
+        ["watch", "--once", "--pinned-after", "nan"],
+        ["watch", "--once", "--overdue-after", "nan"],
         ["serve-metrics", "--poll", "0"],
         ["explain", "pinned", "--grace", "-2"],
         ["demo", "--grace", "-1"],
     ],
     ids=" ".join,
 )
-def test_non_positive_seconds(ledger: Path, argv: list[str]) -> None:
+def test_durations_outside_their_bounds(ledger: Path, argv: list[str]) -> None:
     result = turnwatch(*argv, "--ledger", str(ledger), timeout=20)
-    one_line_exit_2(result, "must be a positive number of seconds")
+    one_line_exit_2(result, argv[-2], "takes seconds from")
+
+
+def test_a_size_is_said_in_bytes(ledger: Path) -> None:
+    result = turnwatch("serve-metrics", "--max-body", "0", "--ledger", str(ledger), timeout=20)
+    one_line_exit_2(result, "--max-body takes bytes from 1 to")
 
 
 def test_ingest_from_a_closed_stdin(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ Light on purpose: ``turnwatch --help`` imports this, and nothing heavy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,11 +80,34 @@ def said_lost(ledger: Any) -> None:
         )
 
 
-def positive(option: str, value: float) -> None:
-    """Exit 2 unless ``value`` > 0: a zero interval would spin a core, a negative window is
-    meaningless."""
-    if not value > 0:
-        raise fail(f"{option} must be a positive number of seconds, got {value:g}")
+#: Each duration option's bounds, seconds: a scan every nanosecond spins a core, ``inf`` sleeps
+#: forever, a negative or NaN window is meaningless.
+SECONDS: dict[str, tuple[float, float]] = {
+    "--interval": (0.05, 86_400.0),
+    "--poll": (0.05, 3_600.0),
+    "--grace": (0.01, 3_600.0),
+    "--pinned-after": (0.1, 31_536_000.0),
+    "--overdue-after": (0.1, 31_536_000.0),
+}
+#: Each size option's bounds, bytes.
+BYTES: dict[str, tuple[int, int]] = {"--max-body": (1, 1 << 30)}
+
+
+def seconds(option: str, value: float | None) -> None:
+    """Exit 2 unless ``value`` (if given) is a finite number of seconds within ``option``'s
+    bounds (:data:`SECONDS`), said in the one line with the unit and the bounds."""
+    if value is None:
+        return
+    least, most = SECONDS[option]
+    if not (math.isfinite(value) and least <= value <= most):
+        raise fail(f"{option} takes seconds from {least:g} to {most:g}, got {value:g}")
+
+
+def size(option: str, value: int) -> None:
+    """Exit 2 unless ``value`` is a size in bytes within ``option``'s bounds (:data:`BYTES`)."""
+    least, most = BYTES[option]
+    if not least <= value <= most:
+        raise fail(f"{option} takes bytes from {least} to {most}, got {value}")
 
 
 @contextmanager
@@ -136,7 +160,8 @@ PinnedOpt = Annotated[
     float | None,
     typer.Option(
         "--pinned-after",
-        help="A stop still pending this long pins the session [default: 15].",
+        metavar="SECONDS",
+        help="A stop still pending this long (seconds) pins the session [default: 15].",
         show_default=False,
     ),
 ]
@@ -144,7 +169,9 @@ OverdueOpt = Annotated[
     float | None,
     typer.Option(
         "--overdue-after",
-        help="A stopped mutating/extension call silent this long is overdue [default: grace + 2].",
+        metavar="SECONDS",
+        help="A stopped mutating/extension call silent this long (seconds) is overdue "
+        "[default: grace + 2].",
         show_default=False,
     ),
 ]

@@ -15,7 +15,7 @@ from turnwatch.cli.common import (
     err,
     exporter_config,
     fail,
-    positive,
+    seconds,
 )
 
 
@@ -50,7 +50,7 @@ def demo(
     from turnwatch.cli import tables
     from turnwatch.cli.demo import run as demo_run
 
-    positive("--grace", grace)
+    seconds("--grace", grace)
     if web:
         with exporter_config():
             try:

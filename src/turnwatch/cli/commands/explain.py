@@ -17,8 +17,8 @@ from turnwatch.cli.common import (
     config,
     console,
     err,
-    positive,
     read_conn,
+    seconds,
     unknown_session,
 )
 
@@ -36,7 +36,7 @@ def explain(
     from turnwatch.cli import waterfall as ex
     from turnwatch.tracing.view import find_turn
 
-    positive("--grace", grace)
+    seconds("--grace", grace)
     conn = read_conn(ledger)
     found = find_turn(conn, ident)
     if found is None:

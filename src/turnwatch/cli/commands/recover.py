@@ -16,8 +16,8 @@ from turnwatch.cli.common import (
     exporter_config,
     fail,
     ledger_path,
-    positive,
     read_conn,
+    seconds,
     unknown_session,
 )
 
@@ -34,7 +34,7 @@ def recover(
     from turnwatch.runtime.model import RecoveryResult
     from turnwatch.tracing.view import session_ids
 
-    positive("--grace", grace)
+    seconds("--grace", grace)
     conn = read_conn(ledger)
     if session not in session_ids(conn):
         raise unknown_session(conn, session)

@@ -17,9 +17,10 @@ from turnwatch.cli.common import (
     err,
     fail,
     ledger_path,
-    positive,
     read_conn,
     said_lost,
+    seconds,
+    size,
 )
 
 
@@ -53,8 +54,8 @@ def run_server(
 ) -> None:
     from turnwatch.cli.metrics_server import EventsOptions, serve_ledger_metrics
 
-    positive("--poll", poll)
-    positive("--max-body", max_body)
+    seconds("--poll", poll)
+    size("--max-body", max_body)
     path = ledger_path(ledger)
     read_conn(path).close()  # exit 2 now if the ledger is unusable
     opts = None

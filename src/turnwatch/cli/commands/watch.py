@@ -23,8 +23,8 @@ from turnwatch.cli.common import (
     exporter_config,
     fail,
     ledger_path,
-    positive,
     read_conn,
+    seconds,
 )
 
 
@@ -33,7 +33,9 @@ def watch(
     once: Annotated[
         bool, typer.Option("--once", help="One scan, report, exit (recovers only with --recover).")
     ] = False,
-    interval: Annotated[float, typer.Option(help="Seconds between scans.")] = 5.0,
+    interval: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Seconds between scans.")
+    ] = 5.0,
     recover: Annotated[
         bool | None,
         typer.Option(
@@ -89,8 +91,10 @@ def watch(
     from turnwatch.cli import watchdog_program
     from turnwatch.tracing.ledger import LedgerError
 
-    positive("--interval", interval)
-    positive("--grace", grace)
+    seconds("--interval", interval)
+    seconds("--grace", grace)
+    seconds("--pinned-after", pinned_after)
+    seconds("--overdue-after", overdue_after)
     recover = (not once) if recover is None else recover
     path = ledger_path(ledger)
     if (once and not agents) or path.exists():
