@@ -70,6 +70,18 @@ class Capped:
             self.say(f"… and {self.seen - self.limit} more unreadable line(s)")
 
 
+@contextmanager
+def ledger_errors() -> Iterator[None]:
+    """A ledger a command cannot open or write (a read-only volume, a corrupt or foreign file, a
+    directory) is one line and exit 2, never a traceback."""
+    from turnwatch.tracing.ledger import LedgerError
+
+    try:
+        yield
+    except LedgerError as exc:
+        raise fail(str(exc)) from None
+
+
 def said_lost(ledger: Any) -> None:
     """What a program says as it ends if its ledger lost events (a full disk past the backlog,
     a file that could not be written when it closed): the count, the file, the cause, exit 1."""

@@ -208,9 +208,24 @@ def connect(
             raise
         return conn
     except sqlite3.DatabaseError as exc:
+        why = None if readonly else _unwritable(path)
+        if why is not None:  # readable, perhaps, but a writer cannot work here: say that
+            raise LedgerError(f"{path}: cannot write here ({why})") from None
         raise LedgerError(f"{path}: unreadable ledger ({exc})") from None
     except OSError as exc:
         raise LedgerError(f"{path}: cannot open ({exc.strerror or exc})") from None
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why a writer cannot work at ``path`` (a read-only file system, a file or directory it may
+    not write), or None."""
+    with contextlib.suppress(OSError):
+        if os.statvfs(path.parent).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    for where in (path, path.parent):
+        if where.exists() and not os.access(where, os.W_OK):
+            return f"{where} is not writable"
+    return None
 
 
 def _open_readonly(path: Path, busy_timeout_s: float) -> sqlite3.Connection:

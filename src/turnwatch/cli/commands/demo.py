@@ -15,6 +15,7 @@ from turnwatch.cli.common import (
     err,
     exporter_config,
     fail,
+    ledger_errors,
     seconds,
 )
 
@@ -52,7 +53,7 @@ def demo(
 
     seconds("--grace", grace)
     if web:
-        with exporter_config():
+        with exporter_config(), ledger_errors():
             try:
                 demo_run.run_web(grace_s=grace, ledger=ledger, addr=web_addr, err=err)
             except ValueError as exc:
@@ -65,7 +66,7 @@ def demo(
         else:
             tables.demo_report(console, report)
 
-    with exporter_config():
+    with exporter_config(), ledger_errors():
         try:
             demo_run.run(
                 grace_s=grace,

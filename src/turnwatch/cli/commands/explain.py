@@ -17,6 +17,7 @@ from turnwatch.cli.common import (
     config,
     console,
     err,
+    fail,
     read_conn,
     seconds,
     unknown_session,
@@ -51,5 +52,8 @@ def explain(
     out = Console(record=True) if svg else console
     ex.render(out, result, hint)
     if svg:
-        out.save_svg(str(svg), title=f"turnwatch explain {ident}")
+        try:
+            out.save_svg(str(svg), title=f"turnwatch explain {ident}")
+        except OSError as exc:
+            raise fail(f"--svg {svg}: cannot write ({exc.strerror or exc})") from None
         err.print(f"saved {svg}")

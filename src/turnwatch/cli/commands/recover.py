@@ -15,6 +15,7 @@ from turnwatch.cli.common import (
     console,
     exporter_config,
     fail,
+    ledger_errors,
     ledger_path,
     read_conn,
     seconds,
@@ -40,7 +41,7 @@ def recover(
         raise unknown_session(conn, session)
     import asyncio
 
-    with exporter_config():
+    with exporter_config(), ledger_errors():
         dog, close = make_watchdog(
             ledger_path(ledger),
             config(grace),

@@ -16,6 +16,7 @@ from turnwatch.cli.common import (
     TokenOpt,
     err,
     fail,
+    ledger_errors,
     ledger_path,
     read_conn,
     said_lost,
@@ -70,14 +71,15 @@ def run_server(
                 raise fail(f"{token_file}: empty; a token file holds the token")
         opts = EventsOptions(token, tuple(cors_origin or ()), max_body)
     try:
-        written = serve_ledger_metrics(
-            path,
-            addr,
-            poll_s=poll,
-            say=lambda m: err.print(m, highlight=False, soft_wrap=True),
-            events=opts,
-            page=page,
-        )
+        with ledger_errors():
+            written = serve_ledger_metrics(
+                path,
+                addr,
+                poll_s=poll,
+                say=lambda m: err.print(m, highlight=False, soft_wrap=True),
+                events=opts,
+                page=page,
+            )
     except ValueError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:

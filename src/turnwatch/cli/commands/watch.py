@@ -22,6 +22,7 @@ from turnwatch.cli.common import (
     err,
     exporter_config,
     fail,
+    ledger_errors,
     ledger_path,
     read_conn,
     seconds,
@@ -111,7 +112,7 @@ def watch(
     cfg = config(grace, pinned_after, overdue_after)
     if not once:
         try:
-            with exporter_config():
+            with exporter_config(), ledger_errors():
                 watchdog_program.loop(
                     path,
                     cfg,
@@ -125,7 +126,7 @@ def watch(
         except (ValueError, OSError, LedgerError) as exc:
             raise fail(str(exc)) from None
         return
-    with exporter_config():
+    with exporter_config(), ledger_errors():
         cycle = watchdog_program.once(
             path,
             cfg,
