@@ -34,12 +34,18 @@ def make_watchdog(
     say: Callable[[str], None],
     observe_scan: Callable[[float], None] | None = None,
     agents: Agents | None = None,
-) -> tuple[Watchdog, Callable[[], Ledger]]:
+    write: bool = True,
+) -> tuple[Watchdog, Callable[[], Ledger | None]]:
     """A watchdog recording its findings and actions (and their spans) into the ledger at
     ``path``, and what closes both (the ledger first: its writer builds the spans).
 
     With ``agents``, the agent CLIs' session files are followed into the same ledger: read
-    once before each scan (``cycle``), and by a thread between scans in the loop."""
+    once before each scan (``cycle``), and by a thread between scans in the loop. Without
+    ``write`` (a look: ``watch --once``, ``recover --dry-run``), it opens no writer and records
+    nothing: looking never writes (design §6)."""
+    if not write and agents is None:
+        look = Watchdog(path, _nothing, _nothing, cfg=cfg, recover=recover, dry_run=True, say=say)
+        return look, lambda: None
     provider = tracer_provider()  # first: an exporter that cannot be had opens nothing
     ledger = Ledger(path)
     telemetry = Telemetry(
@@ -59,7 +65,7 @@ def make_watchdog(
             agents.poll(watch)
             return ledger.flush()
 
-    def close() -> Ledger:
+    def close() -> Ledger | None:
         if stop_following is not None:  # first: what it read is written before the ledger shuts
             stop_following()
         ledger.close()
@@ -138,7 +144,15 @@ def once(
     say: Callable[[str], None],
     agents: Agents | None = None,
 ) -> Cycle:
-    dog, close = make_watchdog(path, cfg, recover=recover, dry_run=dry_run, say=say, agents=agents)
+    dog, close = make_watchdog(
+        path,
+        cfg,
+        recover=recover,
+        dry_run=dry_run,
+        say=say,
+        agents=agents,
+        write=recover and not dry_run,
+    )
     try:
         cycle = asyncio.run(dog.cycle())
     finally:
@@ -206,3 +220,7 @@ def loop(
             http.stop(server)
         ledger = close()
     said_lost(ledger)
+
+
+def _nothing(*_args: object) -> None:
+    """A look's sink and flush: it records nothing."""

@@ -47,6 +47,7 @@ def recover(
             config(grace),
             recover=True,
             dry_run=False,
+            write=not dry_run,  # a dry run only looks: it records nothing
             say=lambda m: console.print(f"  {m}"),
         )
     try:
