@@ -329,3 +329,36 @@ async def test_a_refused_recovery_is_an_error_span_and_a_reap_is_not(
     assert {(s, int(sid, 16)) for s, sid in rows} == {
         (s, sp.context.span_id) for s, sp in spans.items() if sp.context is not None
     }
+
+
+@pytest.mark.parametrize("recovered", [True, False])
+async def test_the_answer_a_recoverys_kill_causes_is_not_activity_after_settle(
+    tmp_path: Path, recovered: bool
+) -> None:
+    """A recovery ends a stopped call's processes; the host then answers for the call it ran
+    (its process is dead): that answer is the recovery's echo, and the session reads fixed. An
+    answer with no recovery before it is still activity after the settle."""
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    rec.runtime()
+    call = {"turn": "s.t1", "call": "s.c1", "tool": "Bash"}
+    rec("turn.started", turn="s.t1", ago=30)
+    rec("tool.requested", **call, ago=30, attrs={"class": "process"})
+    rec("tool.started", **call, ago=30, attrs={"pid": 999_999, "create_time": 1.0})
+    rec("abort.rpc.received", turn="s.t1", ago=25, attrs={"source": "ui", "receipt": "accepted"})
+    rec("tools.abort.sent", **call, ago=25, attrs={"policy": "grace", "source": "ui"})
+    rec("tool.grace.expired", **call, ago=15)
+    rec("tool.finished", **call, ago=15, attrs={"outcome": "aborted", "grace_expired": True})
+    rec("turn.settled", turn="s.t1", ago=15, attrs={"outcome": "aborted"})
+    rec("abort.rpc.returned", turn="s.t1", ago=15, attrs={"receipt": "accepted"})
+    rec("processing.cleared", turn="s.t1", ago=15)
+    if recovered:
+        rec("process.reaped", **call, ago=6, attrs={"pids": [999_999], "signal": "SIGTERM"})
+    rec(
+        "tool.finished",
+        **call,
+        ago=5,
+        attrs={"outcome": "aborted", "status": "aborted", "after_abandon": True},
+    )
+    rec.close()
+    assert (names.F_ACTIVITY_AFTER_SETTLE in kinds(path)) is not recovered

@@ -275,7 +275,13 @@ class Fold:
         if moves is _RELEASED:
             self.store.released(c)
         settled = s.settled_ts
-        if settled is not None and ts > settled and kind in _ACTIVITY and c.turn == s.turn:
+        if (
+            settled is not None
+            and ts > settled
+            and kind in _ACTIVITY
+            and c.turn == s.turn
+            and c.reaped_ts is None  # after a reaping, the host reports the death it caused
+        ):
             c.late_ts = c.late_ts or ts  # the call did something after its turn settled
         return Step(moves, ev, s, c)
 
@@ -505,7 +511,8 @@ def _ended(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
     if c.ended_ts is not None:
         if ev.kind != names.TOOL_FINISHED:
             return _NONE
-        c.late_ts = ev.ts_unix  # a second end: a result that outlived the runtime's wait
+        if c.reaped_ts is None:
+            c.late_ts = ev.ts_unix  # a second end: a result that outlived the runtime's wait
         return (Move.LATE,)
     c.ended_ts = ev.ts_unix
     c.outcome = a.get(names.K_OUTCOME) or _DEFAULT_OUTCOME[ev.kind]
