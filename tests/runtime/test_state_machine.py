@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from turnwatch import names
 from turnwatch.runtime import (
     AbortRequest,
+    Answer,
     ExecuteRequest,
     HostResult,
     HostStatus,
@@ -71,6 +72,10 @@ class ScriptedHost:
 
 
 class StopMachine(RuleBasedStateMachine):
+    #: The runtime's retention (the evicting machine below settles for nothing).
+    retain_settled_s = 600.0
+    max_settled = 10_000
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -90,6 +95,8 @@ class StopMachine(RuleBasedStateMachine):
                 sink=sink,
                 max_running=2,
                 ask_permission=lambda tool, _c: tool in self.asks,
+                retain_settled_s=self.retain_settled_s,
+                max_settled=self.max_settled,
             )
 
         self.rt = self.loop.run_until_complete(make())
@@ -161,9 +168,17 @@ class StopMachine(RuleBasedStateMachine):
 
     @rule(s=st.sampled_from(["a", "b"]), source=st.sampled_from(["ui", "keyboard", "watchdog"]))
     def stop(self, s: str, source: str) -> None:
-        if s in self.rt.sessions:
+        if s in self.rt.sessions or self.rt.evicted(s):
             self.tasks.append(self.loop.create_task(self.rt.abort(s, source=source)))
         self.spin()
+
+    @precondition(lambda self: self.handles)
+    @rule(data=st.data(), approve=st.booleans())
+    def answer_late(self, data: st.DataObject, approve: bool) -> None:
+        """An answer for a call of a session evicted since is refused: LATE."""
+        h = data.draw(st.sampled_from(self.handles))
+        if self.rt.evicted(h.session):
+            assert self.do(self.rt.answer_permission, h.session, h.call_id, approve) is Answer.LATE
 
     @rule(s=st.sampled_from(["a", "b"]))
     def finish_turn(self, s: str) -> None:
@@ -186,6 +201,9 @@ class StopMachine(RuleBasedStateMachine):
             if e.kind == names.TOOL_REFUSED
             or (e.kind == names.TOOL_FINISHED and e.attrs.get("before_start"))
         }
+        # 7: eviction keeps what is live: only sessions still settling or live, and the bound.
+        settled = [x for x in self.rt.sessions.values() if x.settled]
+        assert len(settled) <= max(self.max_settled, 1) or self.retain_settled_s > 0
         for sess in self.rt.sessions.values():
             for turn in sess.turns.values():
                 for call in turn.calls.values():
@@ -199,10 +217,15 @@ class StopMachine(RuleBasedStateMachine):
                     assert call.prompt is None or not call.prompt.open
                     if call.tool_class in (ToolClass.MUTATING, ToolClass.EXTENSION):
                         assert (sess.id, call.call_id, call.tool) not in self.host.running
-        # 4: every abort the host received names a call that exists with that tool and turn.
+        # 4: every abort the host received names a call that exists with that tool and turn
+        # (as the event stream recorded it: an evicted session's calls are gone from memory).
+        requested = {
+            (e.session, e.call): (e.turn, e.tool)
+            for e in self.sink.events
+            if e.kind == names.TOOL_REQUESTED
+        }
         for a in self.host.aborts:
-            call = self.rt.sessions[a.session].turns[a.turn].calls[a.call_id]
-            assert call.tool == a.tool
+            assert requested[(a.session, a.call_id)] == (a.turn, a.tool)
 
 
 StopMachine.TestCase.settings = settings(
@@ -212,3 +235,15 @@ StopMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestStopMachine = StopMachine.TestCase
+
+
+class EvictingStopMachine(StopMachine):
+    """The same interleavings with every settled session evicted at once: late stops, late
+    answers and sessions coming back meet tombstones, not sessions."""
+
+    retain_settled_s = 0.0
+    max_settled = 0
+
+
+EvictingStopMachine.TestCase.settings = StopMachine.TestCase.settings
+TestEvictingStopMachine = EvictingStopMachine.TestCase

@@ -30,6 +30,7 @@ from turnwatch.runtime.model import (
 from turnwatch.runtime.modes import ADR, RULES
 from turnwatch.runtime.protocol import Host, TurnAbortRequest
 from turnwatch.runtime.registry import AbortRegistry
+from turnwatch.runtime.retention import MAX_SETTLED, RETAIN_SETTLED_S, Retention, tombstone
 from turnwatch.runtime.session import AskPermission, Session, SessionEnv, Turn, closest
 
 DEFAULT_MAX_RUNNING = 8
@@ -57,6 +58,8 @@ class Runtime:
         registry: AbortRegistry | None = None,
         control: str | None = None,
         clock: Clock = REAL,
+        retain_settled_s: float = RETAIN_SETTLED_S,
+        max_settled: int = MAX_SETTLED,
     ) -> None:
         if grace_s <= 0:
             raise ValueError(f"grace window must be positive, got {grace_s}")
@@ -71,7 +74,10 @@ class Runtime:
             ask_permission,
             max_running,
             self.rules.runs_in_place,
+            self._on_idle,
         )
+        # Settled sessions are kept a while, then evicted to tombstones (runtime.retention).
+        self.retention = Retention(retain_s=retain_settled_s, max_settled=max_settled)
         self.control = control  # the control socket's path, once one serves this runtime
         self.sessions: dict[str, Session] = {}
         self._pid = os.getpid()
@@ -121,7 +127,8 @@ class Runtime:
         (``parent_session``: the session whose run started this one, for a nested run)."""
         if session_id in self.sessions:
             return self.sessions[session_id]
-        sess = Session(self.env, session_id)
+        self._evict_due()
+        sess = Session(self.env, session_id, self.retention.exhume(session_id))
         self.sessions[session_id] = sess
         attrs: dict[str, Any] = {
             names.K_PID: self._pid,
@@ -135,6 +142,27 @@ class Runtime:
             attrs[names.K_PARENT_SESSION] = parent_session
         self.emit(names.RUNTIME_STARTED, session_id, attrs=attrs)
         return sess
+
+    def evicted(self, session_id: str) -> bool:
+        """True if ``session_id`` was served here and evicted (its tombstone is kept)."""
+        return session_id not in self.sessions and session_id in self.retention.tombstones
+
+    def _on_idle(self, sess: Session) -> None:
+        self.retention.settled(sess.id, self.env.call.clock.monotonic())
+        self._evict_due()
+
+    def _evict_due(self) -> None:
+        """Evict the settled sessions past their time or beyond the bound, oldest first."""
+        for sid in self.retention.due(self.env.call.clock.monotonic()):
+            sess = self.sessions.get(sid)
+            if sess is None or not sess.settled:
+                continue  # active again, or something of it still runs: kept
+            del self.sessions[sid]
+            last = sess.last
+            self.retention.bury(
+                sid,
+                tombstone(sess.turns, sess.used_call_ids, last.id if last else None, sess.past),
+            )
 
     def session(self, session_id: str) -> Session:
         """The session, or an error naming the sessions that exist."""
@@ -161,6 +189,7 @@ class Runtime:
         if sess.live is not None:
             raise TurnBusyError(f"session {session_id!r} already has live turn {sess.live.id!r}")
         turn = sess.start_turn(turn_id, parent_session=parent_session)
+        self.retention.active(session_id)
         if parent is not None:
             parent.adopt(turn, functools.partial(self.abort, session_id, turn=turn.id))
         return turn
@@ -168,7 +197,13 @@ class Runtime:
     # --- calls ---
 
     def answer_permission(self, session_id: str, call_id: str, approved: bool) -> Answer:
-        """The user's answer to a prompt; ``LATE`` (refused) when a stop closed it first."""
+        """The user's answer to a prompt; ``LATE`` (refused) when a stop closed it first, or
+        the session settled and was evicted since."""
+        if self.evicted(session_id):
+            self.emit(
+                names.PERMISSION_LATE, session_id, call=call_id, attrs={names.K_APPROVED: approved}
+            )
+            return Answer.LATE
         sess = self.session(session_id)
         call = next((t.calls[call_id] for t in sess.turns.values() if call_id in t.calls), None)
         if call is None or call.prompt is None:
@@ -199,6 +234,8 @@ class Runtime:
         one waits in the registry (for Bash, as an expiring tombstone) and the call never starts.
         """
         src = parse_source(source)
+        if self.evicted(session_id):
+            return  # its turns settled long ago: nothing of them can start
         sess = self.session(session_id)
         turn = sess.turns.get(turn_id)
         if turn is None:
@@ -230,6 +267,8 @@ class Runtime:
         whatever the mode: that is how a pinned legacy session is recovered.
         """
         src = parse_source(source)
+        if self.evicted(session_id):
+            return Receipt.STALE  # settled, and evicted since: no live turn to stop
         sess = self.session(session_id)
         if turn is not None and turn not in sess.turns:
             raise UnknownTurnError(
@@ -238,23 +277,7 @@ class Runtime:
             )
         live = sess.live
         if live is None or (turn is not None and turn != live.id):
-            named = sess.turns.get(turn) if turn else sess.last
-            if named is None or not named.settled.done():
-                return Receipt.STALE
-            if sess.processing and named is sess.last:
-                # Settled, but the RPC that would clear "processing" never returned: finish it.
-                self.emit(
-                    names.ABORT_RPC_RECEIVED,
-                    session_id,
-                    turn=named.id,
-                    attrs={
-                        names.K_SOURCE: src.value,
-                        names.K_RECEIPT: Receipt.ALREADY_SETTLED.value,
-                    },
-                )
-                sess.returned(named, Receipt.ALREADY_SETTLED)
-                return Receipt.ALREADY_SETTLED
-            return Receipt.ALREADY_SETTLED if named.stop_task is not None else Receipt.STALE
+            return self._no_live_turn(sess, turn, src)
         if live.stop_task is not None:
             self.emit(
                 names.ABORT_RPC_RECEIVED,
@@ -298,6 +321,27 @@ class Runtime:
         await asyncio.shield(live.stop_task)
         sess.returned(live, Receipt.ACCEPTED)
         return Receipt.ACCEPTED
+
+    def _no_live_turn(self, sess: Session, turn: str | None, src: StopSource) -> Receipt:
+        """A stop with no live turn (or naming another): settled before it, or nothing to stop."""
+        session_id = sess.id
+        named = sess.turns.get(turn) if turn else sess.last
+        if named is None or not named.settled.done():
+            return Receipt.STALE
+        if sess.processing and named is sess.last:
+            # Settled, but the RPC that would clear "processing" never returned: finish it.
+            self.emit(
+                names.ABORT_RPC_RECEIVED,
+                session_id,
+                turn=named.id,
+                attrs={
+                    names.K_SOURCE: src.value,
+                    names.K_RECEIPT: Receipt.ALREADY_SETTLED.value,
+                },
+            )
+            sess.returned(named, Receipt.ALREADY_SETTLED)
+            return Receipt.ALREADY_SETTLED
+        return Receipt.ALREADY_SETTLED if named.stop_task is not None else Receipt.STALE
 
     async def _settle(self, turn: Turn) -> None:
         """After the walk: the turn settles once its nested runs have and every call is

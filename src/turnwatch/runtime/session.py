@@ -33,6 +33,7 @@ from turnwatch.runtime.model import (
 )
 from turnwatch.runtime.protocol import ExecuteRequest, HostResult
 from turnwatch.runtime.registry import AbortRegistry
+from turnwatch.runtime.retention import Tombstone
 
 AskPermission = Callable[[str, ToolClass], bool]
 
@@ -62,6 +63,8 @@ class SessionEnv:
     max_running: int
     #: Whether a read-only call may run in its requester's own task (the mode's rules say).
     runs_in_place: bool = True
+    #: Told when a session's "processing" clears (the runtime's retention counts it settled).
+    on_idle: Callable[[Session], None] | None = None
 
 
 class Turn:
@@ -211,7 +214,7 @@ class Turn:
         if run is not None and cls is ToolClass.PROCESS:
             raise ValueError(f"{tool!r}: a process call runs on the host, not in its requester")
         cid = call_id or self.next_call_id()
-        if cid in sess.used_call_ids:
+        if cid in sess.used_call_ids or (sess.past is not None and sess.past.used_id("c", cid)):
             raise CallIdReusedError(f"call id {cid!r} was already used in session {sess.id!r}")
         sess.used_call_ids.add(cid)
         call = Call(env.call, self, sess.id, cid, tool, cls, dict(args or {}), run is not None)
@@ -334,7 +337,7 @@ class Turn:
 class Session:
     """A conversation: one live turn at a time; ``processing`` is the UI's spinner."""
 
-    def __init__(self, env: SessionEnv, session_id: str) -> None:
+    def __init__(self, env: SessionEnv, session_id: str, past: Tombstone | None = None) -> None:
         self.env = env
         self.id = session_id
         self.admission = Admission(env.max_running)
@@ -343,7 +346,9 @@ class Session:
         # True from turn start until processing.cleared.
         self.processing = False
         self.used_call_ids: set[str] = set()
-        self._turn_seq = itertools.count(1)
+        # What is left of this session's history before an eviction (its ids stay used).
+        self.past = past
+        self._turn_seq = itertools.count((past.turns if past is not None else 0) + 1)
 
     def emit(self, kind: str, turn: str | None, attrs: Mapping[str, Any] | None = None) -> None:
         sink = self.env.call.sink
@@ -353,7 +358,7 @@ class Session:
     def start_turn(self, turn_id: str | None = None, *, parent_session: str | None = None) -> Turn:
         """The next turn, live at once: the session is ``processing`` until it settles."""
         tid = turn_id or f"{self.id}.t{next(self._turn_seq)}"
-        if tid in self.turns:
+        if tid in self.turns or (self.past is not None and self.past.used_id("t", tid)):
             raise ValueError(f"turn id {tid!r} was already used in session {self.id!r}")
         turn = Turn(self, tid)
         self.turns[tid] = turn
@@ -378,6 +383,19 @@ class Session:
             # After a stop, the abort RPC's return clears it instead (see returned).
             self.processing = False
             self.emit(names.PROCESSING_CLEARED, turn.id)
+            self._idle()
+
+    def _idle(self) -> None:
+        if self.env.on_idle is not None:
+            self.env.on_idle(self)
+
+    @property
+    def settled(self) -> bool:
+        """No live turn, "processing" clear, and nothing of its turns still running (what a
+        finished call left running is ended first): the session may be evicted."""
+        if self.live is not None or self.processing:
+            return False
+        return all(t.lingering is None or t.lingering.done() for t in self.turns.values())
 
     def returned(self, turn: Turn, receipt: Receipt) -> None:
         """``agent.abort`` returns; the renderer, which awaited it, clears "processing".
@@ -389,3 +407,4 @@ class Session:
         if self.processing and self.live is None:
             self.processing = False
             self.emit(names.PROCESSING_CLEARED, turn.id)
+            self._idle()
