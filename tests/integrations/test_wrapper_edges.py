@@ -324,15 +324,20 @@ async def test_a_run_cancelled_from_outside_is_a_stop_bounded_by_the_grace_windo
 # --- the SDK: run_streamed() hands back the streamed run; its cancel() is the stop ---
 
 
+def sdk_writer(name: str, target: Path) -> SdkAgent[Any]:
+    """An SDK agent whose model asks for one large write to ``target`` (call ``w1``)."""
+    write = function_tool(write_in_chunks, name_override="write")
+    return SdkAgent(
+        name=name, model=scripted(("write", {"path": str(target)}, "w1")), tools=[write]
+    )
+
+
 @pytest.mark.parametrize("mode", ["immediate", "after_turn"])
 async def test_sdk_run_streamed_cancel_is_the_stop(
     runtime: Runtime, sink: MemorySink, tmp_path: Path, mode: str
 ) -> None:
     target = tmp_path / "big"
-    write = function_tool(write_in_chunks, name_override="write")
-    agent = SdkAgent(
-        name="a", model=scripted(("write", {"path": str(target)}, "w1")), tools=[write]
-    )
+    agent = sdk_writer("a", target)
     stream = openai_agents.StoppableRunner(agent, runtime).run_streamed("go", session="s")
     assert isinstance(stream.result, RunResultStreaming)
 
@@ -361,10 +366,7 @@ async def test_sdk_a_handoffs_target_runs_its_tools_as_calls_of_the_run(
     runtime: Runtime, sink: MemorySink, tmp_path: Path, as_object: bool
 ) -> None:
     target = tmp_path / "big"
-    write = function_tool(write_in_chunks, name_override="write")
-    writer = SdkAgent(
-        name="writer", model=scripted(("write", {"path": str(target)}, "w1")), tools=[write]
-    )
+    writer = sdk_writer("writer", target)
     triage = SdkAgent(
         name="triage",
         model=scripted(("transfer_to_writer", {}, "h1")),

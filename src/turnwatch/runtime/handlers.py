@@ -16,14 +16,23 @@ from turnwatch.runtime.model import Outcome, Policy, StopSource
 from turnwatch.runtime.protocol import HostResult
 
 
-def handle(call: Call, src: StopSource) -> None:
-    """Run ``call``'s stop handler; idempotent: the walk and the signal may both run it."""
+def reach_started(call: Call, src: StopSource) -> bool:
+    """A stop's first steps in every mode that heeds a stop before the start: a call not
+    started is closed; a started one is sent ``tools.abort``. True when a policy's handler must
+    follow (False: nothing left to do, or already done by an earlier stop)."""
     if not call.reach(src):
-        return
+        return False
     if not call.phase.started:
         call.close()
-        return
+        return False
     call.send_abort(src)
+    return True
+
+
+def handle(call: Call, src: StopSource) -> None:
+    """Run ``call``'s stop handler; idempotent: the walk and the signal may both run it."""
+    if not reach_started(call, src):
+        return
     if call.policy is Policy.RACE:
         call.race()
     elif call.policy is Policy.GRACE:

@@ -68,13 +68,8 @@ def _abandon_all(call: Call, src: StopSource) -> None:
 
 def _grace_only(call: Call, src: StopSource) -> None:
     """The rejected alternative: every started call waits one grace window."""
-    if not call.reach(src):
-        return
-    if not call.phase.started:
-        call.close()
-        return
-    call.send_abort(src)
-    handlers.start_grace(call)
+    if handlers.reach_started(call, src):
+        handlers.start_grace(call)
 
 
 ADR = StopRules(Mode.ADR, handlers.handle, runs_in_place=True)
