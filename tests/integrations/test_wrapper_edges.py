@@ -435,3 +435,21 @@ async def test_a_nested_runs_session_is_its_parents_child_and_stopped_first(
     assert "nested run of session outer" in shown
     shown = " ".join(turnwatch("explain", "outer", "--ledger", str(path), env=env).stdout.split())
     assert "nested runs: inner" in shown
+
+
+async def test_sdk_a_consumer_that_stops_iterating_stops_the_run(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    target = tmp_path / "big"
+    stream = openai_agents.StoppableRunner(sdk_writer("a", target), runtime).run_streamed(
+        "go", session="s"
+    )
+    events = stream.stream_events()
+    async for _ev in events:
+        if begun(target):
+            break
+        await asyncio.sleep(0.01)
+    await events.aclose()  # what a `break` leads to: the consumer is gone
+    assert stop_sources(sink) == ["cancel"]
+    assert target.stat().st_size == CHUNKS * len(CHUNK)  # the write, awaited whole
+    no_violations(sink)

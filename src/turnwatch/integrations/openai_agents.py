@@ -42,7 +42,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -322,7 +322,8 @@ class StoppableStream:
 
     ``cancel("immediate")`` (the default) runs the stop's walk at once; ``cancel("after_turn")``
     lets the SDK finish its model turn's calls, and the run's end is then the stop. A cancel of
-    the task consuming the events is a stop too (source ``cancel``, bounded by the grace window).
+    the task consuming the events, or a consumer that stops iterating (``break``), is a stop too
+    (source ``cancel``, bounded by the grace window).
     Every other attribute is the SDK result's.
     """
 
@@ -350,14 +351,16 @@ class StoppableStream:
                 rt.abort(turn.session.id, source=StopSource.FRAMEWORK, turn=turn.id)
             )
 
-    async def stream_events(self) -> AsyncIterator[Any]:
+    async def stream_events(self) -> AsyncGenerator[Any, None]:
         """The SDK's events; at the end, the turn's end (:class:`RunStopped` if it was
         stopped, once every call is released)."""
         turn, rt = self.turn, self.runner.runtime
         try:
             async for event in self.result.stream_events():
                 yield event
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
+            # The consumer was cancelled, or stopped iterating: nobody reads the run any more,
+            # and it would go on unread. That is a stop (source ``cancel``), bounded.
             await stop_on_cancel(rt, turn)
             raise
         except BaseException:

@@ -1,4 +1,4 @@
-"""One tool call's state, its transitions and its resolution (the stop handlers: ``walk``).
+"""One tool call's state, its transitions and its resolution (the stop handlers: ``handlers``).
 
 A call's phase and flags change only through its own methods, which assert the order (trio's
 ``CancelStatus`` keeps its bookkeeping the same way): ``open_prompt`` → ``admit`` → ``begin``
