@@ -14,8 +14,8 @@ from turnwatch.exporters import http
 from turnwatch.exporters.metrics import LiveCollector, StopMetrics
 from turnwatch.exporters.otel import tracer_provider
 from turnwatch.tracing.eventsapi import MAX_BYTES, PATH, EventsApp, recorder
-from turnwatch.tracing.follower import LedgerFollower
 from turnwatch.tracing.ledger import Ledger
+from turnwatch.tracing.ledger_follower import LedgerFollower
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
 from turnwatch.watchdog.gauges import live_state
