@@ -136,17 +136,18 @@ def judge(row: Any, now: float, th: Thresholds) -> tuple[SessionStatus, float | 
 
 
 def call_view(r: Any) -> CallView:
-    """A ``calls`` row as a :class:`CallView`: read into the fold's
-    :class:`~turnwatch.runtime.fold.CallState` by column name, then every field the two share
-    taken by name (a column added to both needs no edit here)."""
-    c = row_state(r, CallState, _CALL_COLS)
-    text = c.lingering
+    """A ``calls`` row as a :class:`CallView`: every field it shares with the fold's
+    :class:`~turnwatch.runtime.fold.CallState` taken by column name (a column added to both
+    needs no edit here), the rest derived."""
+    columns = r.keys()  # a list (``in`` on the row itself would look at its values)
+    get = _picks(columns, _CALL_PICK)
+    text = r["lingering"] if "lingering" in columns else None  # schema 1: not recorded
     left = [(int(p), float(t)) for p, t in codec.loads_stored(text)] if text else []
     return CallView(
-        **{f: getattr(c, f) for f in _CALL_SHARED},
-        prompt_open=bool(c.prompt_open),
+        **{f: r[i] for f, i in get},
+        prompt_open=bool(r["prompt_open"]),
         lingering=left,
-        procs_live=bool(c.procs_live),
+        procs_live=bool(r["procs_live"]) if "procs_live" in columns else False,
     )
 
 
@@ -170,6 +171,23 @@ _SESSION_COLS = tuple((f.name, f.name) for f in fields(SessionState))
 #: The fields a view copies from its state as they are (the rest it derives).
 _CALL_SHARED = _shared(CallView, CallState) - {"prompt_open", "lingering", "procs_live"}
 _SESSION_SHARED = _shared(SessionView, SessionState) - {"processing", "rpc_pending"}
+#: (field, column) of what each view copies, by name.
+_CALL_PICK = tuple((f, c) for f, c in _CALL_COLS if f in _CALL_SHARED)
+_SESSION_PICK = tuple((f, c) for f, c in _SESSION_COLS if f in _SESSION_SHARED)
+_PICKS: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], tuple[tuple[str, int], ...]] = {}
+
+
+def _picks(
+    columns: Sequence[str], pick: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, int], ...]:
+    """Each picked field and its column's index in rows with ``columns`` (worked out once per
+    shape of row: a ledger of 10,000 sessions is read a row at a time)."""
+    key = (tuple(columns), pick)
+    found = _PICKS.get(key)
+    if found is None:
+        index = {c: i for i, c in enumerate(columns)}
+        found = _PICKS[key] = tuple((f, index[c]) for f, c in pick if c in index)
+    return found
 
 
 def sessions(
@@ -188,16 +206,17 @@ def sessions(
         sql += " WHERE session = ?"
         args = (only,)
     out: list[SessionView] = []
-    for r in conn.execute(sql + " ORDER BY last_ts DESC", args):
+    cursor = conn.execute(sql + " ORDER BY last_ts DESC", args)
+    get = _picks([d[0] for d in cursor.description], _SESSION_PICK)
+    for r in cursor:
         state, since = judge(r, now, th)
-        st = row_state(r, SessionState, _SESSION_COLS)
         out.append(
             SessionView(
-                **{f: getattr(st, f) for f in _SESSION_SHARED},
+                **{f: r[i] for f, i in get},
                 state=state,
                 since=since,
-                processing=bool(st.processing),
-                rpc_pending=bool(st.rpc_pending),
+                processing=bool(r["processing"]),
+                rpc_pending=bool(r["rpc_pending"]),
             )
         )
     if with_calls and out:
