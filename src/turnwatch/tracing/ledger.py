@@ -12,6 +12,7 @@ import atexit
 import collections
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import queue
@@ -481,8 +482,10 @@ class Ledger:
                 self._hurry.clear()
             batch, metas, waiters, stop = self._drain(item)
             self._waiters += waiters
-            if batch:
-                self._backlog.extend(batch)
+            if batch and not self._backlog and self._commit(batch):
+                pass  # the usual case: written at once, nothing waits
+            elif batch:
+                self._backlog.extend(batch)  # behind what waits, so the order holds
                 self._bound()
             if self._backlog and (not self.failing or stop):
                 self._retry()
@@ -506,8 +509,8 @@ class Ledger:
     def _retry(self) -> None:
         """Write what waits, oldest first, a batch at a time, until it is done or fails."""
         while self._backlog:
-            n = min(len(self._backlog), BATCH_MAX)
-            batch = [self._backlog[i] for i in range(n)]
+            batch = list(itertools.islice(self._backlog, BATCH_MAX))  # deque indexing is O(n)
+            n = len(batch)
             if not self._commit(batch):
                 self._retry_s = min(self._retry_s * 2, RETRY_MAX_S)
                 return
