@@ -445,11 +445,9 @@ async def test_sdk_a_consumer_that_stops_iterating_stops_the_run(
         "go", session="s"
     )
     events = stream.stream_events()
-    async for _ev in events:
-        if begun(target):
-            break
-        await asyncio.sleep(0.01)
-    await events.aclose()  # what a `break` leads to: the consumer is gone
+    await anext(events)  # the consumer read the run's first event ...
+    await until(lambda: begun(target), what="the write to begin")
+    await events.aclose()  # ... and went away mid-write (what a `break` leads to)
     assert stop_sources(sink) == ["cancel"]
     assert target.stat().st_size == CHUNKS * len(CHUNK)  # the write, awaited whole
     no_violations(sink)

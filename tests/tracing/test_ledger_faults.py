@@ -17,6 +17,7 @@ from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.tracing import ledger as ledger_module
 from turnwatch.tracing.ledger import Ledger, connect, read_events
+from turnwatch.tracing.pipeline import Telemetry
 
 
 @pytest.fixture
@@ -97,3 +98,21 @@ def test_past_its_bound_the_backlog_drops_the_oldest_and_counts_them(
         ledger.close()
     written = [ev.ts_unix for _seq, ev in read_events(connect(path, readonly=True))]
     assert written == [float(i) for i in range(1000, 1500)]  # the newest, in order
+
+
+def test_the_readers_see_each_event_once_across_an_outage(small_fs: Path) -> None:
+    """The span builder and the metrics read each event once, however many times the writer had
+    to try it while the disk was full (each failed try folded and read it again)."""
+    seen: list[float] = []
+    ledger = Ledger(small_fs / "ledger.sqlite3")
+    Telemetry(ledger=ledger, observers=[lambda ev: seen.append(ev.ts_unix)])
+    try:
+        assert ledger.flush(timeout=10)
+        fill(small_fs / "filler")
+        ledger.extend(events(1500))
+        assert not ledger.flush(timeout=3.0)  # tried and failed, more than once
+        subprocess.run(["mount", "-o", "remount,size=16m", str(small_fs)], check=True)
+        assert ledger.flush(timeout=20)
+    finally:
+        ledger.close()
+    assert seen == [float(i) for i in range(1500)]

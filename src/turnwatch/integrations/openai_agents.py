@@ -98,9 +98,6 @@ __all__ = [
     "typed_invoker",
 ]
 
-#: The turn a run's tool calls belong to: set around the run, copied into the SDK's run task.
-_TURN = RUN_TURN
-
 
 _INVOKER_SIGNATURE = inspect.Signature(
     [
@@ -148,23 +145,28 @@ class StoppableRunner:
         self._given = dict(classes or {})
         self.classes: dict[str, ToolClass] = {}
         self.dispatch = dispatcher(runtime.host, "StoppableRunner")
-        # Every agent reachable by handoffs (cycles allowed) is wrapped once: id → its clone.
-        self._wrapped: dict[int, Agent[Any]] = {}
-        self.agent = self._wrap(agent)
+        # Every agent reachable by handoffs at construction (cycles allowed) is wrapped once:
+        # id → (the agent, kept so its id is never another's, and its clone). Bounded by that
+        # graph: an agent a handoff returns at run time is wrapped for that handoff alone.
+        self._wrapped: dict[int, tuple[Agent[Any], Agent[Any]]] = {}
+        self.agent = self._wrap(agent, self._wrapped)
         unknown = set(self._given) - set(self.classes)
         if unknown:
             raise ToolClassError(f"classes= names tools the agent does not have: {sorted(unknown)}")
         self._awaiting: dict[str, Turn] = {}  # sessions whose turn waits for approvals
         FunctionSpans.install()
 
-    def _wrap(self, agent: Agent[Any]) -> Agent[Any]:
+    def _wrap(
+        self, agent: Agent[Any], memo: dict[int, tuple[Agent[Any], Agent[Any]]]
+    ) -> Agent[Any]:
         """``agent`` with its function tools run as turnwatch calls, and its handoffs' agents
-        wrapped the same way (a handoff to an agent reached only at run time, when it happens)."""
-        known = self._wrapped.get(id(agent))
-        if known is not None:
-            return known
+        wrapped the same way (a handoff to an agent reached only at run time, when it happens).
+        ``memo``: the agents wrapped so far, so each is wrapped once and a cycle ends."""
+        known = memo.get(id(agent))
+        if known is not None and known[0] is agent:
+            return known[1]
         clone = agent.clone()
-        self._wrapped[id(agent)] = clone  # before the handoffs: a cycle ends here
+        memo[id(agent)] = (agent, clone)  # before the handoffs: a cycle ends here
         tools: list[Any] = []
         for tool in agent.tools:
             if isinstance(tool, FunctionTool):
@@ -172,7 +174,7 @@ class StoppableRunner:
                 tool = dataclasses.replace(tool, on_invoke_tool=self._invoker(tool))
             tools.append(tool)
         clone.tools = tools
-        clone.handoffs = [self._wrap_handoff(h) for h in agent.handoffs]
+        clone.handoffs = [self._wrap_handoff(h, memo) for h in agent.handoffs]
         return clone
 
     def _classify(self, tool: FunctionTool) -> None:
@@ -187,16 +189,18 @@ class StoppableRunner:
             self.classes[tool.name] = cls
             self.dispatch.add_tools([tool.name])
 
-    def _wrap_handoff(self, handoff: Any) -> Any:
+    def _wrap_handoff(self, handoff: Any, memo: dict[int, tuple[Agent[Any], Agent[Any]]]) -> Any:
         if isinstance(handoff, Agent):
-            return self._wrap(handoff)
+            return self._wrap(handoff, memo)
         if not isinstance(handoff, Handoff):
             return handoff
         invoke = handoff.on_invoke_handoff
 
         async def to_wrapped(ctx: Any, input_json: str) -> Any:
             target = await invoke(ctx, input_json)
-            return self._wrap(target) if isinstance(target, Agent) else target
+            if not isinstance(target, Agent):
+                return target
+            return self._wrap(target, dict(self._wrapped))  # kept for this handoff alone
 
         return dataclasses.replace(handoff, on_invoke_handoff=to_wrapped)
 
@@ -226,24 +230,28 @@ class StoppableRunner:
         turn = self._awaiting.pop(session, None)
         if isinstance(input, RunState):
             self._answer(session, input)
-        if turn is None or turn.settled.done():
-            turn = self.runtime.start_turn(session, parent=_TURN.get())
+        fresh = turn is None or turn.settled.done()
+        if turn is None or fresh:
+            turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
         asyncio.get_running_loop().set_default_executor(DAEMONS)  # sync tools' threads: daemons
-        token = _TURN.set(turn)
+        token = RUN_TURN.set(turn)
         try:
             result = Runner.run_streamed(self.agent, input, **kwargs)
         except BaseException:
-            turn.settle(TurnOutcome.FAILED)  # nothing ran: no call of the turn can be in flight
+            if fresh:  # nothing of it ran: no call of the turn can be in flight
+                turn.settle(TurnOutcome.FAILED)
+            else:  # a resumed turn keeps its prompts: it still waits for the run
+                self._awaiting[session] = turn
             raise
         finally:
-            _TURN.reset(token)
+            RUN_TURN.reset(token)
         if turn.traceparent is None:
             turn.traceparent = _traceparent(result.trace)
         return StoppableStream(self, turn, result)
 
     async def _invoke(self, tool: FunctionTool, ctx: ToolContext[Any], input_json: str) -> Any:
         """The SDK's call of ``tool``, run as a turnwatch call of the run's turn."""
-        turn = _TURN.get()
+        turn = RUN_TURN.get()
         if turn is None:  # the wrapped agent run some other way: the SDK's behaviour
             return await tool.on_invoke_tool(ctx, input_json)
         key = (turn.session.id, ctx.tool_call_id)
@@ -340,11 +348,11 @@ class StoppableStream:
 
     def cancel(self, mode: str = "immediate") -> None:
         """Stop the run: ``immediate`` (the walk, now) or ``after_turn`` (the SDK's own)."""
+        if mode not in ("immediate", "after_turn"):
+            raise ValueError(f"cancel mode {mode!r}: immediate or after_turn")
         if mode == "after_turn" and not self.turn.stopping:
             self.result.cancel("after_turn")
             return
-        if mode not in ("immediate", "after_turn"):
-            raise ValueError(f"cancel mode {mode!r}: immediate or after_turn")
         if self._stop is None and not self.turn.stopping:
             rt, turn = self.runner.runtime, self.turn
             self._stop = asyncio.ensure_future(

@@ -253,7 +253,7 @@ class Call:
                 names.TOOLS_ABORT_SENT,
                 policy=self.policy_name,
                 **{names.K_CLASS: self.class_name},
-                source=source,
+                source=source.value,  # plain data in events, as every other stop event has
             )
         if self.local:
             return  # its execution is ours: race() cancels it, await waits for it
@@ -276,11 +276,15 @@ class Call:
         """The runtime stops waiting: later progress and results of the call are not shown."""
         self.abandoned = True
 
+    def discard(self, **attrs: Any) -> None:
+        """Released now, its result discarded (``TOOL_ABORTED``): the runtime stops waiting."""
+        self.abandon()
+        self.finish(Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, **attrs)
+
     def race(self) -> None:
         """Released at once, its result discarded; a read-only execution of the runtime's own
         (the requester's task, or its run) is cancelled, as a host cancels its worker."""
-        self.abandon()
-        self.finish(Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED, policy=_RACE_NAME)
+        self.discard(policy=_RACE_NAME)
         if self.in_place is not None:
             self.race_cancelled = True
             self.in_place.cancel()
@@ -443,13 +447,7 @@ class Call:
             if not self._took_back(task):
                 # Its requester stopped waiting (a framework's own cancel, a cancel from
                 # outside): a read-only result nobody will read is discarded, as a race's is.
-                self.abandon()
-                self.finish(
-                    Outcome.DISCARDED,
-                    output="",
-                    error_code=names.TOOL_ABORTED,
-                    error="the requester's task was cancelled",
-                )
+                self.discard(error="the requester's task was cancelled")
                 raise
         except Exception as exc:
             self._took_back(task)  # a race whose cancel the tool turned into an error

@@ -19,10 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from turnwatch import names
 from turnwatch.runtime import handlers
 from turnwatch.runtime.calls import Call, StopHandler
-from turnwatch.runtime.model import Mode, Outcome, StopSource
+from turnwatch.runtime.model import Mode, StopSource
 from turnwatch.runtime.session import Turn
 
 #: The tools whose abort listener was live before the ADR (``legacy`` mode).
@@ -59,8 +58,7 @@ def _abandon_all(call: Call, src: StopSource) -> None:
     if not call.reach(src):
         return
     if not call.phase.started:
-        call.abandon()
-        call.finish(Outcome.DISCARDED, output="", error_code=names.TOOL_ABORTED)
+        call.discard()  # its prompt left open: the flaw this mode shows
         return
     call.send_abort(src)
     call.race()

@@ -15,7 +15,7 @@ README says what is then no longer checked.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 #: A settled session is kept this long (seconds), then evicted.
@@ -103,7 +103,3 @@ class Retention:
     def exhume(self, session: str) -> Tombstone | None:
         """The tombstone of ``session`` coming back (it is its session's again)."""
         return self.tombstones.pop(session, None)
-
-
-#: What a runtime asks of a session before it evicts it (nothing of it may still run).
-Evictable = Callable[[str], bool]

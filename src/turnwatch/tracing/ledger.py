@@ -381,6 +381,10 @@ class Ledger:
         # Why the file cannot be written now (said once per outage), and the next wait.
         self.failing: str | None = None
         self._retry_s = RETRY_FIRST_S
+        # What the readers made of each event (its stamped copy) while it waits: a failed try
+        # folds it again, but the span builder and the metrics must see it once. By id: the
+        # event itself is alive in the batch or the backlog; dropped once written or lost.
+        self._read: dict[int, Event] = {}
         # Events committed by this writer.
         self.written = 0
         self._closed = False
@@ -495,6 +499,7 @@ class Ledger:
                 if self._backlog:
                     self._lose(len(self._backlog), f"closed while {self.failing}")
                     self._backlog.clear()
+                    self._read.clear()
                 self._release()
                 return
             self._release()
@@ -521,11 +526,17 @@ class Ledger:
         self.failing = None
         self._retry_s = RETRY_FIRST_S
 
+    def _forget_read(self, batch: list[tuple[Event, str | None]]) -> None:
+        if self._read:
+            for ev, _key in batch:
+                self._read.pop(id(ev), None)
+
     def _bound(self) -> None:
         over = len(self._backlog) - BACKLOG_MAX
         if over > 0:  # the oldest go: what is newest says most about what is live now
             for _ in range(over):
-                self._backlog.popleft()
+                ev, _key = self._backlog.popleft()
+                self._read.pop(id(ev), None)
             self._lose(over, f"{self.failing}: more than {BACKLOG_MAX} events waited")
 
     def _drain(
@@ -563,8 +574,8 @@ class Ledger:
     def _commit(self, batch: list[tuple[Event, str | None]]) -> bool:
         """Write ``batch``: False if the file cannot be written now (the batch still waits)."""
         # Each event is read once, even if the write is retried: a retry folds the rows again
-        # but must not build a span twice.
-        staged: dict[int, Event] = {}
+        # but must not build a span twice (nor count a metric twice).
+        staged = self._read
         stages = self.stages
 
         def read(st: Step) -> Event:
@@ -579,6 +590,7 @@ class Ledger:
                 self.written += write_batch(
                     self._conn, self._summary, batch, read if stages else None
                 )
+                self._forget_read(batch)
                 return True
             except sqlite3.OperationalError as exc:
                 # A full disk, a locked or read-only file: it can mend. The batch waits in the
@@ -595,6 +607,7 @@ class Ledger:
             except sqlite3.Error as exc:
                 if attempt == WRITE_RETRIES - 1:
                     self._lose(len(batch), str(exc))
+                    self._forget_read(batch)
                     return True  # counted: nothing of it waits
                 time.sleep(0.05 * (attempt + 1))
         return True

@@ -6,7 +6,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
@@ -149,16 +149,6 @@ def call_view(r: Any) -> CallView:
         lingering=left,
         procs_live=bool(r["procs_live"]) if "procs_live" in columns else False,
     )
-
-
-S = TypeVar("S", CallState, SessionState)
-
-
-def row_state(r: Any, cls: type[S], cols: Sequence[tuple[str, str]]) -> S:
-    """A ledger row as the fold's state ``cls``, by column name: a column an older ledger lacks
-    keeps the field's default (a read-only command reads such a file as it is)."""
-    have = r.keys()
-    return cls(**{f: r[col] for f, col in cols if col in have})
 
 
 def _shared(view_cls: type[Any], state_cls: type[Any]) -> frozenset[str]:
