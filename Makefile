@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 # Every gate, each with its reason in pyproject.toml: lint, format, the import layers, generated
 # dashboards current, mypy --strict (src, tests, benchmarks), then the tests with a coverage floor.
 test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks dashboards
-	$(BIN)/ruff format --check src tests benchmarks dashboards
+	$(BIN)/ruff check src tests benchmarks dashboards examples
+	$(BIN)/ruff format --check src tests benchmarks dashboards examples
 	$(BIN)/lint-imports
 	$(BIN)/python -m dashboards.generate --check
 	$(BIN)/mypy
@@ -29,8 +29,8 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks dashboards
-	$(BIN)/ruff format --check src tests benchmarks dashboards
+	$(BIN)/ruff check src tests benchmarks dashboards examples
+	$(BIN)/ruff format --check src tests benchmarks dashboards examples
 	$(BIN)/lint-imports
 	$(BIN)/python -m dashboards.generate --check
 
