@@ -20,7 +20,8 @@ from turnwatch.runtime.events import Event
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.tracing import view
 from turnwatch.tracing.ingest import ingest
-from turnwatch.tracing.ledger import _INSERT_EVENTS, Ledger, _row, connect
+from turnwatch.tracing.ledger import Ledger, connect
+from turnwatch.tracing.ledger_file import _INSERT_EVENTS, _row
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
 

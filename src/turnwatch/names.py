@@ -35,6 +35,9 @@ TOOL_REFUSED: Final = "tool.refused"
 WATCHDOG_FINDING: Final = "watchdog.finding"
 WATCHDOG_RECOVERED: Final = "watchdog.recovered"
 PROCESS_REAPED: Final = "process.reaped"
+#: The ledger lost events of the session (its writer's bounded backlog overflowed while the file
+#: could not be written): written once it can write again, where they would have been.
+LEDGER_GAP: Final = "ledger.gap"
 
 STOP_PATH_KINDS: Final = (
     STOP_CLICKED,
@@ -63,6 +66,7 @@ OTHER_KINDS: Final = (
     WATCHDOG_FINDING,
     WATCHDOG_RECOVERED,
     PROCESS_REAPED,
+    LEDGER_GAP,
 )
 #: The closed set of event kinds: anything else is a bad line.
 EVENT_KINDS: Final = frozenset(STOP_PATH_KINDS + OTHER_KINDS)
@@ -94,6 +98,10 @@ K_STATUS: Final = "status"
 K_ERROR: Final = "error"
 K_ERROR_CODE: Final = "error_code"
 K_REASON: Final = "reason"
+#: ``ledger.gap``: how many events of the session were lost, the first and last one's time.
+K_LOST: Final = "lost"
+K_FROM_TS: Final = "from_ts"
+K_TO_TS: Final = "to_ts"
 K_BEFORE_START: Final = "before_start"
 K_GRACE_EXPIRED: Final = "grace_expired"
 K_AFTER_ABANDON: Final = "after_abandon"
@@ -142,6 +150,9 @@ EVENT_ATTRIBUTES: Final = frozenset(
         K_ERROR,
         K_ERROR_CODE,
         K_REASON,
+        K_LOST,
+        K_FROM_TS,
+        K_TO_TS,
         K_BEFORE_START,
         K_GRACE_EXPIRED,
         K_AFTER_ABANDON,
@@ -270,4 +281,12 @@ STATE_IDLE: Final = "idle"
 STATE_PROCESSING: Final = "processing"
 STATE_STOPPING: Final = "stopping"
 STATE_PINNED: Final = "pinned"
-SESSION_STATES: Final = (STATE_IDLE, STATE_PROCESSING, STATE_STOPPING, STATE_PINNED)
+#: The ledger lost events of the session since its last known turn began: its state is not known.
+STATE_UNKNOWN: Final = "unknown"
+SESSION_STATES: Final = (
+    STATE_IDLE,
+    STATE_PROCESSING,
+    STATE_STOPPING,
+    STATE_PINNED,
+    STATE_UNKNOWN,
+)

@@ -112,6 +112,7 @@ _STATE_STYLE = {
     SessionStatus.PROCESSING: "cyan",
     SessionStatus.STOPPING: "yellow",
     SessionStatus.PINNED: "bold red",
+    SessionStatus.UNKNOWN: "magenta",
 }
 
 
@@ -144,6 +145,11 @@ def sessions_table(console: Console, rows: list[SessionView]) -> None:
             ago(r.since),
             r.mode or "unknown",
             str(r.live_processes) if r.live_processes else "-",
-            ", ".join(r.findings) or "-",
+            ", ".join([*r.findings, *gap_words(r)]) or "-",
         )
     console.print(table)
+
+
+def gap_words(r: SessionView) -> list[str]:
+    """What the ledger lost of the session's history, as ``sessions`` and ``explain`` say it."""
+    return [f"ledger gap: {r.gap_lost} event(s) lost"] if r.gap_lost else []

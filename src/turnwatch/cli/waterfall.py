@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -141,6 +142,16 @@ def build(
         for t in calls
         if t.tool_class == ToolClass.PROCESS.value and t.start is not None and t.pid is None
     ]
+    if row is not None and row.gap_lost:
+        ex.notes.append(
+            f"the ledger lost {row.gap_lost} event(s) of this session (ledger.gap, the last "
+            f"lost at {_clock(row.gap_ts)}): this is what was recorded"
+            + (
+                "; the session's state now is not known"
+                if row.state is SessionStatus.UNKNOWN
+                else ""
+            )
+        )
     if row is not None and row.turn == turn:
         ex.findings = [f for f in scan(conn, cfg=cfg, now=now).findings if f.session == session]
         ex.reasons = [_reason(f, now, cfg) for f in ex.findings]
@@ -292,3 +303,7 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         console.print(
             f"Recover with: [bold]turnwatch recover {ex.session}{ledger_hint}[/]", soft_wrap=True
         )
+
+
+def _clock(ts: float | None) -> str:
+    return "?" if ts is None else datetime.fromtimestamp(ts).isoformat(sep=" ", timespec="seconds")

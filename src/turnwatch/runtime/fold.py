@@ -86,6 +86,7 @@ class Move(Enum):
     CROSSED = auto()  # the event names another tool or turn than its call's
     FINDING = auto()
     RECOVERED = auto()
+    GAP = auto()  # the ledger lost events of the session
 
 
 @dataclass(slots=True)
@@ -120,6 +121,10 @@ class SessionState:
     idle_by: str | None = None
     #: The session whose wrapped run started this one from a tool (a nested run), if any.
     parent_session: str | None = None
+    #: Events of the session the ledger lost (``ledger.gap``), and the last lost one's time:
+    #: until a turn starts, settles or clears after it, the session's state is not known.
+    gap_lost: int = 0
+    gap_ts: float | None = None
 
     @property
     def stopped(self) -> bool:
@@ -423,6 +428,15 @@ def _recovered(s: SessionState, ev: Event) -> tuple[Move, ...]:
     return (Move.RECOVERED,)
 
 
+def _gap(s: SessionState, ev: Event) -> tuple[Move, ...]:
+    a = ev.attrs
+    s.gap_lost += int(a.get(names.K_LOST) or 0)
+    to = a.get(names.K_TO_TS)
+    to = float(to) if isinstance(to, (int, float)) else ev.ts_unix
+    s.gap_ts = to if s.gap_ts is None else max(s.gap_ts, to)
+    return (Move.GAP,)
+
+
 _SESSION_RULES: Mapping[str, Callable[[SessionState, Event], tuple[Move, ...]]] = {
     names.RUNTIME_STARTED: _runtime,
     names.TURN_STARTED: _turn,
@@ -435,6 +449,7 @@ _SESSION_RULES: Mapping[str, Callable[[SessionState, Event], tuple[Move, ...]]] 
     # The watchdog's own events name a call, but are about the session: they move no call.
     names.WATCHDOG_FINDING: _finding,
     names.WATCHDOG_RECOVERED: _recovered,
+    names.LEDGER_GAP: _gap,
 }
 
 

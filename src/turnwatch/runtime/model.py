@@ -182,6 +182,8 @@ class SessionStatus(StrEnum):
     PROCESSING = names.STATE_PROCESSING
     STOPPING = names.STATE_STOPPING
     PINNED = names.STATE_PINNED
+    #: The ledger lost events of the session after its last known turn began (``ledger.gap``).
+    UNKNOWN = names.STATE_UNKNOWN
 
 
 class TurnOutcome(StrEnum):

@@ -3,7 +3,9 @@
 The stop path only enqueues: one writer thread commits in batches, so the event loop never waits
 on disk. Readers in other processes (the CLI, the watchdog) read while it writes. Besides the
 events, the writer maintains two summary tables (``sessions``, ``calls``) in the same
-transaction, so the derived view stays fast on big ledgers.
+transaction, so the derived view stays fast on big ledgers. The file itself (its schema, opening
+it, reading and writing batches) is :mod:`turnwatch.tracing.ledger_file`, whose names this module
+exports too.
 """
 
 from __future__ import annotations
@@ -11,34 +13,37 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
-import hashlib
 import itertools
 import logging
-import os
 import queue
 import sqlite3
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Step, StepReader
-from turnwatch.runtime.model import TurnwatchError
-from turnwatch.tracing import batchsql, codec
+from turnwatch.tracing.ledger_file import (
+    APPLICATION,
+    BUSY_TIMEOUT_S,
+    SCHEMA_VERSION,
+    LedgerError,
+    connect,
+    dedup_key,
+    get_meta,
+    read_events,
+    write_batch,
+)
 from turnwatch.tracing.paths import default_path
 from turnwatch.tracing.stages import Reader, Stages
-from turnwatch.tracing.summary import COLUMNS, Summary
+from turnwatch.tracing.summary import Summary
 
 log = logging.getLogger("turnwatch.ledger")
 
-#: 2 added the calls' containment columns; 3 the fold's stop and abort instants (rpc_ts,
-#: walk_ts, stop_mono, abort_mono, done_ts). A writer adds what an older ledger lacks.
-SCHEMA_VERSION = 4
-APPLICATION = "turnwatch"
 BATCH_MAX = 2000
 #: With fewer events than this waiting, the writer sleeps LINGER_S first, to let a batch gather.
 LINGER_BELOW = 256
@@ -54,41 +59,19 @@ BACKLOG_MAX = 100_000
 CLOSE_WAIT_FAILING_S = 5.0
 #: The writer's first and longest wait between tries while the file cannot be written.
 RETRY_FIRST_S, RETRY_MAX_S = 0.05, 2.0
-BUSY_TIMEOUT_S = 5.0
 
-_SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    ts_unix REAL NOT NULL,
-    mono_ns INTEGER,
-    session TEXT NOT NULL,
-    turn TEXT,
-    call TEXT,
-    tool TEXT,
-    kind TEXT NOT NULL,
-    attrs_json TEXT NOT NULL DEFAULT '{}',
-    trace_id TEXT,
-    span_id TEXT
-);
--- One index serves a session's events and a turn's timeline (session, turn prefix).
-CREATE INDEX IF NOT EXISTS events_by_turn ON events (session, turn, seq);
--- Identities of ingested foreign events (re-ingest adds nothing); native events pay nothing.
-CREATE TABLE IF NOT EXISTS ingested (key TEXT PRIMARY KEY) WITHOUT ROWID;
-"""
-    + Summary.SCHEMA
-)
-
-
-class LedgerError(TurnwatchError):
-    """A ledger that cannot be used; the message names the file and the cause."""
-
-
-def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
-    """A value the ledger keeps beside its events (an ingest offset), or None."""
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    return None if row is None else str(row[0])
+__all__ = [
+    "APPLICATION",
+    "BACKLOG_MAX",
+    "SCHEMA_VERSION",
+    "Ledger",
+    "LedgerError",
+    "connect",
+    "dedup_key",
+    "get_meta",
+    "read_events",
+    "write_batch",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,242 +82,28 @@ class _Meta:
     value: str
 
 
-def dedup_key(ev: Event) -> str:
-    """A stable identity for an ingested event: ingesting a file twice adds nothing twice."""
-    body = codec.dumps_canonical(
-        [ev.ts_unix, ev.kind, ev.session, ev.turn, ev.call, ev.tool, dict(ev.attrs)]
-    )
-    return hashlib.blake2b(body, digest_size=16).hexdigest()
+@dataclass(slots=True)
+class _Gap:
+    """Events of one session the writer lost: how many, from when to when, and why."""
 
+    lost: int
+    from_ts: float
+    to_ts: float
+    why: str | None
 
-def _check(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> None:
-    """Refuse a foreign or newer file: never write into it."""
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if not tables:
-        if readonly:  # a writer is creating it, or it is an empty file: nothing to read yet
-            raise LedgerError(f"{path}: not a turnwatch ledger yet (no tables)")
-        return
-    if "meta" not in tables:
-        raise LedgerError(f"{path}: not a turnwatch ledger (tables: {', '.join(sorted(tables))})")
-    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-    if meta.get("application") != APPLICATION:
-        raise LedgerError(
-            f"{path}: not a turnwatch ledger (application {meta.get('application')!r})"
-        )
-    version = int(meta.get("schema_version", "0"))
-    if version > SCHEMA_VERSION:
-        raise LedgerError(
-            f"{path}: written by a newer turnwatch (schema {version}, this one "
-            f"reads {SCHEMA_VERSION}); upgrade turnwatch"
-        )
+    def add(self, ts: float) -> None:
+        self.lost += 1
+        self.from_ts, self.to_ts = min(self.from_ts, ts), max(self.to_ts, ts)
 
-
-def _upgrade(conn: sqlite3.Connection) -> None:
-    """Bring an older ledger's tables up to this schema, in the creating transaction."""
-    for table, wanted in COLUMNS.items():
-        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-        if not have:
-            continue  # a new file: the schema below creates it whole
-        for col in wanted:
-            if col not in have:
-                conn.execute(f'ALTER TABLE {table} ADD COLUMN "{col}"')
-
-
-def _statements(script: str) -> list[str]:
-    """The statements of an SQL script (whole-line ``--`` comments allowed)."""
-    out, buf = [], ""
-    for line in script.splitlines():
-        if line.lstrip().startswith("--"):
-            continue
-        buf += line + "\n"
-        if sqlite3.complete_statement(buf):
-            out.append(buf.strip())
-            buf = ""
-    return out
-
-
-def connect(
-    path: Path, *, readonly: bool = False, busy_timeout_s: float = BUSY_TIMEOUT_S
-) -> sqlite3.Connection:
-    """A checked connection; errors name the file and the cause.
-
-    Read-only, nothing is ever written, not even the WAL's shared-memory file where the directory
-    is not writable. A writer checks that an existing file is a ledger before it changes anything
-    (the journal mode included): someone else's database is refused untouched.
-    """
-    if path.is_dir():
-        raise LedgerError(f"{path}: is a directory, not a ledger file")
-    try:
-        if readonly:
-            if not path.exists():
-                raise LedgerError(f"{path}: no ledger here (set --ledger or $TURNWATCH_LEDGER)")
-            with open(path, "rb"):  # unreadable: say so plainly, before SQLite's words for it
-                pass
-            conn = _open_readonly(path, busy_timeout_s)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
-            )
-        conn.row_factory = sqlite3.Row
-        if readonly:
-            _check(conn, path, readonly=True)
-            return conn
-        try:
-            _check(conn, path, readonly=False)  # before the WAL switch below changes the file
-        except LedgerError:
-            conn.close()
-            raise
-        unable = batchsql.check(conn)
-        if unable is not None:
-            conn.close()
-            raise LedgerError(f"{path}: cannot write here: {unable}")
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        # Check and create in one transaction: a reader sees no schema or all of it with its
-        # meta rows, and two writers creating the same file at once do it one after the other.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            _check(conn, path, readonly=False)
-            _upgrade(conn)
-            for statement in _statements(_SCHEMA):  # not executescript: it would COMMIT
-                conn.execute(statement)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('application', ?)", (APPLICATION,))
-            conn.execute(
-                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return conn
-    except sqlite3.DatabaseError as exc:
-        why = None if readonly else _unwritable(path)
-        if why is not None:  # readable, perhaps, but a writer cannot work here: say that
-            raise LedgerError(f"{path}: cannot write here ({why})") from None
-        raise LedgerError(f"{path}: unreadable ledger ({exc})") from None
-    except OSError as exc:
-        raise LedgerError(f"{path}: cannot open ({exc.strerror or exc})") from None
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why a writer cannot work at ``path`` (a read-only file system, a file or directory it may
-    not write), or None."""
-    with contextlib.suppress(OSError):
-        if os.statvfs(path.parent).f_flag & os.ST_RDONLY:
-            return "read-only file system"
-    for where in (path, path.parent):
-        if where.exists() and not os.access(where, os.W_OK):
-            return f"{where} is not writable"
-    return None
-
-
-def _open_readonly(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
-    """``mode=ro``; where the directory is read-only (no ``-shm`` can be made), ``immutable``:
-    then no writer can be at work in it either."""
-    conn = sqlite3.connect(
-        f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s, check_same_thread=False
-    )
-    if os.access(path.parent, os.W_OK):
-        return conn
-    try:
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return conn
-    except sqlite3.OperationalError:
-        conn.close()
-        return sqlite3.connect(
-            f"file:{path}?mode=ro&immutable=1",
-            uri=True,
-            timeout=busy_timeout_s,
-            check_same_thread=False,
-        )
-
-
-def _row(ev: Event) -> tuple[Any, ...]:
-    return (
-        ev.ts_unix,
-        ev.mono_ns,
-        ev.session,
-        ev.turn,
-        ev.call,
-        ev.tool,
-        ev.kind,
-        codec.dumps_attrs(ev.attrs) if ev.attrs else "{}",
-        ev.trace_id,
-        ev.span_id,
-    )
-
-
-_EVENT_COLS = (
-    "ts_unix",
-    "mono_ns",
-    "session",
-    "turn",
-    "call",
-    "tool",
-    "kind",
-    "attrs_json",
-    "trace_id",
-    "span_id",
-)
-_INSERT_EVENTS = batchsql.Insert("events", _EVENT_COLS)
-_INSERT_KEYS = batchsql.Insert("ingested", ("key",))
-# Keys are hex digests: never a NUL, and one aggregated row answers the whole batch.
-_SEEN_KEYS = (
-    "SELECT json_group_array(key) FROM ingested WHERE key IN (SELECT value FROM json_each(?))"
-)
-
-
-def write_batch(
-    conn: sqlite3.Connection,
-    summary: Summary,
-    batch: list[tuple[Event, str | None]],
-    read: Callable[[Step], Event] | None = None,
-) -> int:
-    """Insert a batch and update the summaries in one transaction; returns rows added.
-
-    Ingested events (with a dedup key) already in the ledger are skipped. The check runs inside
-    the write transaction, so two writers ingesting the same lines cannot both pass it. Only the
-    events it accepts are folded and given to ``read`` (spans, metrics: it returns the event to
-    record, stamped): a file ingested twice builds its spans once. Each table gets one statement
-    per batch (see :mod:`batchsql`).
-    """
-    keys = [key for _ev, key in batch if key is not None]
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        # Native events carry no key: nothing to check, the whole batch is fresh.
-        events = _unseen(conn, batch, keys) if keys else [ev for ev, _key in batch]
-        if events:
-            events = summary.apply(conn, events, read)
-            _INSERT_EVENTS(conn, [_row(ev) for ev in events])
-        conn.execute("COMMIT")
-    except BaseException:
-        summary.forget()  # its rows are ahead of the file now
-        # SQLite ends the transaction itself on some errors (a full disk): a ROLLBACK then
-        # raises "no transaction is active" and hides the real cause.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return len(events)
-
-
-def _unseen(
-    conn: sqlite3.Connection, batch: list[tuple[Event, str | None]], keys: list[str]
-) -> list[Event]:
-    """The batch's events not in the ledger yet; records the new keys."""
-    (found,) = conn.execute(_SEEN_KEYS, (codec.dumps_rows(keys),)).fetchone()
-    seen: set[str] = set(codec.loads(found))
-    fresh: list[Event] = []
-    new_keys: list[tuple[str]] = []
-    for ev, key in batch:
-        if key is not None:
-            if key in seen:
-                continue
-            seen.add(key)  # the same line twice in one batch counts once too
-            new_keys.append((key,))
-        fresh.append(ev)
-    _INSERT_KEYS(conn, new_keys)
-    return fresh
+    def event(self, session: str) -> Event:
+        attrs: dict[str, object] = {
+            names.K_LOST: self.lost,
+            names.K_FROM_TS: self.from_ts,
+            names.K_TO_TS: self.to_ts,
+        }
+        if self.why:
+            attrs[names.K_REASON] = self.why
+        return Event(names.LEDGER_GAP, session, self.to_ts, attrs=attrs)
 
 
 class Ledger:
@@ -377,6 +146,10 @@ class Ledger:
         # Events that wait, in order, while the file cannot be written; and flushes waiting for
         # them. Owned by the writer thread.
         self._backlog: collections.deque[tuple[Event, str | None]] = collections.deque()
+        # Per session, what the backlog's bound dropped since the file last took a write: how
+        # many, the first and the last one's time. Written as ``ledger.gap`` events ahead of
+        # what still waits, where the lost events would have been. Bounded by the backlog.
+        self._gaps: dict[str, _Gap] = {}
         self._waiters: list[threading.Event] = []
         # Why the file cannot be written now (said once per outage), and the next wait.
         self.failing: str | None = None
@@ -513,6 +286,11 @@ class Ledger:
 
     def _retry(self) -> None:
         """Write what waits, oldest first, a batch at a time, until it is done or fails."""
+        if self._gaps:  # what was dropped came before what waits: its gaps go first
+            if not self._commit([(gap.event(s), None) for s, gap in self._gaps.items()]):
+                self._retry_s = min(self._retry_s * 2, RETRY_MAX_S)
+                return
+            self._gaps.clear()
         while self._backlog:
             batch = list(itertools.islice(self._backlog, BATCH_MAX))  # deque indexing is O(n)
             n = len(batch)
@@ -537,6 +315,11 @@ class Ledger:
             for _ in range(over):
                 ev, _key = self._backlog.popleft()
                 self._read.pop(id(ev), None)
+                gap = self._gaps.get(ev.session)
+                if gap is None:
+                    self._gaps[ev.session] = _Gap(1, ev.ts_unix, ev.ts_unix, self.failing)
+                else:
+                    gap.add(ev.ts_unix)
             self._lose(over, f"{self.failing}: more than {BACKLOG_MAX} events waited")
 
     def _drain(
@@ -611,41 +394,3 @@ class Ledger:
                     return True  # counted: nothing of it waits
                 time.sleep(0.05 * (attempt + 1))
         return True
-
-
-def read_events(
-    conn: sqlite3.Connection,
-    *,
-    after_seq: int = 0,
-    session: str | None = None,
-    turn: str | None = None,
-    limit: int | None = None,
-) -> Iterator[tuple[int, Event]]:
-    """Events in order, as ``(seq, Event)``."""
-    sql = "SELECT * FROM events WHERE seq > ?"
-    args: list[Any] = [after_seq]
-    if session is not None:
-        sql += " AND session = ?"
-        args.append(session)
-    if turn is not None:
-        sql += " AND turn = ?"
-        args.append(turn)
-    sql += " ORDER BY seq"
-    if limit is not None:
-        sql += f" LIMIT {int(limit)}"
-    for r in conn.execute(sql, args):
-        yield (
-            r["seq"],
-            Event(
-                kind=r["kind"],
-                session=r["session"],
-                ts_unix=r["ts_unix"],
-                mono_ns=r["mono_ns"],
-                turn=r["turn"],
-                call=r["call"],
-                tool=r["tool"],
-                attrs=codec.loads_stored(r["attrs_json"]),
-                trace_id=r["trace_id"],
-                span_id=r["span_id"],
-            ),
-        )

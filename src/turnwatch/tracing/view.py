@@ -86,6 +86,9 @@ class SessionView:
     #: Live processes of the current turn's calls: in their cgroups, or left running by a call
     #: that finished. Filled in by the watchdog's look at /proc (``annotate_findings``).
     live_processes: int = 0
+    #: Events of the session the ledger lost (``ledger.gap``), and the last lost one's time.
+    gap_lost: int = 0
+    gap_ts: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,6 +104,7 @@ class SessionView:
             "settled_ts": self.settled_ts,
             "outcome": self.outcome,
             "rpc_pending": self.rpc_pending,
+            "gap_lost": self.gap_lost,
             "calls": [
                 {
                     "call": c.call,
@@ -120,7 +124,17 @@ class SessionView:
 
 
 def judge(row: Any, now: float, th: Thresholds) -> tuple[SessionStatus, float | None]:
-    """The state of a session row, and since when it holds."""
+    """The state of a session row, and since when it holds: ``unknown`` while the ledger lost
+    events of it after its last known turn began, its stop settled or its spinner cleared (what
+    the row says would be what the gap made up)."""
+    try:
+        gap = row["gap_ts"]
+    except IndexError:  # a ledger older than schema 5: nothing was recorded lost
+        gap = None
+    if gap is not None and not _after(
+        gap, row["turn_started"], row["settled_ts"], row["cleared_ts"]
+    ):
+        return SessionStatus.UNKNOWN, gap
     if not row["processing"]:
         return SessionStatus.IDLE, row["cleared_ts"] or row["last_ts"]
     stop, settled = row["stop_ts"], row["settled_ts"]
@@ -133,6 +147,10 @@ def judge(row: Any, now: float, th: Thresholds) -> tuple[SessionStatus, float | 
             return SessionStatus.PINNED, stop  # the abort RPC is pending too long
         return SessionStatus.STOPPING, stop
     return SessionStatus.PROCESSING, row["turn_started"]
+
+
+def _after(gap: float, *times: float | None) -> bool:
+    return any(t is not None and t > gap for t in times)
 
 
 def call_view(r: Any) -> CallView:

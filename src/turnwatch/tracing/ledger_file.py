@@ -1,0 +1,337 @@
+"""The ledger's file: its schema, opening it (checked, upgraded, or read-only), and reading and
+writing batches of events. The writer thread (:mod:`turnwatch.tracing.ledger`) is the one writer;
+readers in other processes (the CLI, the watchdog) use :func:`connect` and :func:`read_events`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from turnwatch.runtime.events import Event
+from turnwatch.runtime.fold import Step
+from turnwatch.runtime.model import TurnwatchError
+from turnwatch.tracing import batchsql, codec
+from turnwatch.tracing.summary import COLUMNS, Summary
+
+#: 2 added the calls' containment columns; 3 the fold's stop and abort instants (rpc_ts,
+#: walk_ts, stop_mono, abort_mono, done_ts); 4 the sessions' parent_session; 5 their gap_lost
+#: and gap_ts (``ledger.gap``). A writer adds what an older ledger lacks.
+SCHEMA_VERSION = 5
+APPLICATION = "turnwatch"
+BUSY_TIMEOUT_S = 5.0
+
+_SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts_unix REAL NOT NULL,
+    mono_ns INTEGER,
+    session TEXT NOT NULL,
+    turn TEXT,
+    call TEXT,
+    tool TEXT,
+    kind TEXT NOT NULL,
+    attrs_json TEXT NOT NULL DEFAULT '{}',
+    trace_id TEXT,
+    span_id TEXT
+);
+-- One index serves a session's events and a turn's timeline (session, turn prefix).
+CREATE INDEX IF NOT EXISTS events_by_turn ON events (session, turn, seq);
+-- Identities of ingested foreign events (re-ingest adds nothing); native events pay nothing.
+CREATE TABLE IF NOT EXISTS ingested (key TEXT PRIMARY KEY) WITHOUT ROWID;
+"""
+    + Summary.SCHEMA
+)
+
+
+class LedgerError(TurnwatchError):
+    """A ledger that cannot be used; the message names the file and the cause."""
+
+
+def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    """A value the ledger keeps beside its events (an ingest offset), or None."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def dedup_key(ev: Event) -> str:
+    """A stable identity for an ingested event: ingesting a file twice adds nothing twice."""
+    body = codec.dumps_canonical(
+        [ev.ts_unix, ev.kind, ev.session, ev.turn, ev.call, ev.tool, dict(ev.attrs)]
+    )
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
+def _check(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> None:
+    """Refuse a foreign or newer file: never write into it."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not tables:
+        if readonly:  # a writer is creating it, or it is an empty file: nothing to read yet
+            raise LedgerError(f"{path}: not a turnwatch ledger yet (no tables)")
+        return
+    if "meta" not in tables:
+        raise LedgerError(f"{path}: not a turnwatch ledger (tables: {', '.join(sorted(tables))})")
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("application") != APPLICATION:
+        raise LedgerError(
+            f"{path}: not a turnwatch ledger (application {meta.get('application')!r})"
+        )
+    version = int(meta.get("schema_version", "0"))
+    if version > SCHEMA_VERSION:
+        raise LedgerError(
+            f"{path}: written by a newer turnwatch (schema {version}, this one "
+            f"reads {SCHEMA_VERSION}); upgrade turnwatch"
+        )
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Bring an older ledger's tables up to this schema, in the creating transaction."""
+    for table, wanted in COLUMNS.items():
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if not have:
+            continue  # a new file: the schema below creates it whole
+        for col in wanted:
+            if col not in have:
+                conn.execute(f'ALTER TABLE {table} ADD COLUMN "{col}"')
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of an SQL script (whole-line ``--`` comments allowed)."""
+    out, buf = [], ""
+    for line in script.splitlines():
+        if line.lstrip().startswith("--"):
+            continue
+        buf += line + "\n"
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    return out
+
+
+def connect(
+    path: Path, *, readonly: bool = False, busy_timeout_s: float = BUSY_TIMEOUT_S
+) -> sqlite3.Connection:
+    """A checked connection; errors name the file and the cause.
+
+    Read-only, nothing is ever written, not even the WAL's shared-memory file where the directory
+    is not writable. A writer checks that an existing file is a ledger before it changes anything
+    (the journal mode included): someone else's database is refused untouched.
+    """
+    if path.is_dir():
+        raise LedgerError(f"{path}: is a directory, not a ledger file")
+    try:
+        if readonly:
+            if not path.exists():
+                raise LedgerError(f"{path}: no ledger here (set --ledger or $TURNWATCH_LEDGER)")
+            with open(path, "rb"):  # unreadable: say so plainly, before SQLite's words for it
+                pass
+            conn = _open_readonly(path, busy_timeout_s)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
+            )
+        conn.row_factory = sqlite3.Row
+        if readonly:
+            _check(conn, path, readonly=True)
+            return conn
+        try:
+            _check(conn, path, readonly=False)  # before the WAL switch below changes the file
+        except LedgerError:
+            conn.close()
+            raise
+        unable = batchsql.check(conn)
+        if unable is not None:
+            conn.close()
+            raise LedgerError(f"{path}: cannot write here: {unable}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        # Check and create in one transaction: a reader sees no schema or all of it with its
+        # meta rows, and two writers creating the same file at once do it one after the other.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            _check(conn, path, readonly=False)
+            _upgrade(conn)
+            for statement in _statements(_SCHEMA):  # not executescript: it would COMMIT
+                conn.execute(statement)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('application', ?)", (APPLICATION,))
+            conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return conn
+    except sqlite3.DatabaseError as exc:
+        why = None if readonly else _unwritable(path)
+        if why is not None:  # readable, perhaps, but a writer cannot work here: say that
+            raise LedgerError(f"{path}: cannot write here ({why})") from None
+        raise LedgerError(f"{path}: unreadable ledger ({exc})") from None
+    except OSError as exc:
+        raise LedgerError(f"{path}: cannot open ({exc.strerror or exc})") from None
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why a writer cannot work at ``path`` (a read-only file system, a file or directory it may
+    not write), or None."""
+    with contextlib.suppress(OSError):
+        if os.statvfs(path.parent).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    for where in (path, path.parent):
+        if where.exists() and not os.access(where, os.W_OK):
+            return f"{where} is not writable"
+    return None
+
+
+def _open_readonly(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """``mode=ro``; where the directory is read-only (no ``-shm`` can be made), ``immutable``:
+    then no writer can be at work in it either."""
+    conn = sqlite3.connect(
+        f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s, check_same_thread=False
+    )
+    if os.access(path.parent, os.W_OK):
+        return conn
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        return sqlite3.connect(
+            f"file:{path}?mode=ro&immutable=1",
+            uri=True,
+            timeout=busy_timeout_s,
+            check_same_thread=False,
+        )
+
+
+def _row(ev: Event) -> tuple[Any, ...]:
+    return (
+        ev.ts_unix,
+        ev.mono_ns,
+        ev.session,
+        ev.turn,
+        ev.call,
+        ev.tool,
+        ev.kind,
+        codec.dumps_attrs(ev.attrs) if ev.attrs else "{}",
+        ev.trace_id,
+        ev.span_id,
+    )
+
+
+_EVENT_COLS = (
+    "ts_unix",
+    "mono_ns",
+    "session",
+    "turn",
+    "call",
+    "tool",
+    "kind",
+    "attrs_json",
+    "trace_id",
+    "span_id",
+)
+_INSERT_EVENTS = batchsql.Insert("events", _EVENT_COLS)
+_INSERT_KEYS = batchsql.Insert("ingested", ("key",))
+# Keys are hex digests: never a NUL, and one aggregated row answers the whole batch.
+_SEEN_KEYS = (
+    "SELECT json_group_array(key) FROM ingested WHERE key IN (SELECT value FROM json_each(?))"
+)
+
+
+def write_batch(
+    conn: sqlite3.Connection,
+    summary: Summary,
+    batch: list[tuple[Event, str | None]],
+    read: Callable[[Step], Event] | None = None,
+) -> int:
+    """Insert a batch and update the summaries in one transaction; returns rows added.
+
+    Ingested events (with a dedup key) already in the ledger are skipped. The check runs inside
+    the write transaction, so two writers ingesting the same lines cannot both pass it. Only the
+    events it accepts are folded and given to ``read`` (spans, metrics: it returns the event to
+    record, stamped): a file ingested twice builds its spans once. Each table gets one statement
+    per batch (see :mod:`batchsql`).
+    """
+    keys = [key for _ev, key in batch if key is not None]
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Native events carry no key: nothing to check, the whole batch is fresh.
+        events = _unseen(conn, batch, keys) if keys else [ev for ev, _key in batch]
+        if events:
+            events = summary.apply(conn, events, read)
+            _INSERT_EVENTS(conn, [_row(ev) for ev in events])
+        conn.execute("COMMIT")
+    except BaseException:
+        summary.forget()  # its rows are ahead of the file now
+        # SQLite ends the transaction itself on some errors (a full disk): a ROLLBACK then
+        # raises "no transaction is active" and hides the real cause.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return len(events)
+
+
+def _unseen(
+    conn: sqlite3.Connection, batch: list[tuple[Event, str | None]], keys: list[str]
+) -> list[Event]:
+    """The batch's events not in the ledger yet; records the new keys."""
+    (found,) = conn.execute(_SEEN_KEYS, (codec.dumps_rows(keys),)).fetchone()
+    seen: set[str] = set(codec.loads(found))
+    fresh: list[Event] = []
+    new_keys: list[tuple[str]] = []
+    for ev, key in batch:
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)  # the same line twice in one batch counts once too
+            new_keys.append((key,))
+        fresh.append(ev)
+    _INSERT_KEYS(conn, new_keys)
+    return fresh
+
+
+def read_events(
+    conn: sqlite3.Connection,
+    *,
+    after_seq: int = 0,
+    session: str | None = None,
+    turn: str | None = None,
+    limit: int | None = None,
+) -> Iterator[tuple[int, Event]]:
+    """Events in order, as ``(seq, Event)``."""
+    sql = "SELECT * FROM events WHERE seq > ?"
+    args: list[Any] = [after_seq]
+    if session is not None:
+        sql += " AND session = ?"
+        args.append(session)
+    if turn is not None:
+        sql += " AND turn = ?"
+        args.append(turn)
+    sql += " ORDER BY seq"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    for r in conn.execute(sql, args):
+        yield (
+            r["seq"],
+            Event(
+                kind=r["kind"],
+                session=r["session"],
+                ts_unix=r["ts_unix"],
+                mono_ns=r["mono_ns"],
+                turn=r["turn"],
+                call=r["call"],
+                tool=r["tool"],
+                attrs=codec.loads_stored(r["attrs_json"]),
+                trace_id=r["trace_id"],
+                span_id=r["span_id"],
+            ),
+        )
