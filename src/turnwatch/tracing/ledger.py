@@ -34,6 +34,7 @@ from turnwatch.tracing.ledger_file import (
     LedgerError,
     connect,
     dedup_key,
+    file_id,
     get_meta,
     read_events,
     write_batch,
@@ -134,7 +135,9 @@ class Ledger:
                 stacklevel=2,
             )
             self.attach(Stages(transform, observers))
+        self._busy_timeout_s = busy_timeout_s
         self._conn = connect(self.path, busy_timeout_s=busy_timeout_s)
+        self._file = file_id(self.path)  # the file this writer writes (checked at each batch)
         self._summary = Summary()
         self._queue: queue.SimpleQueue[
             tuple[Event, str | None] | _Meta | threading.Event | None
@@ -348,6 +351,33 @@ class Ledger:
                 break
         return batch, metas, waiters, stop
 
+    def _reopen(self) -> bool:
+        """The file was deleted or replaced under the writer (whose writes would go to a file
+        no reader sees): open the path again, a new ledger or the one now there. False while it
+        cannot (its directory gone, a read-only volume): what waits waits, said once."""
+        what = "deleted" if file_id(self.path) is None else "replaced"
+        # The old file's WAL first, into the old file (through the connection's descriptor:
+        # a file moved away keeps what was committed), and emptied: SQLite leaves the WAL of a
+        # moved file where it was, and a new file at the path would take its frames for its own.
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._conn.close()
+        try:
+            conn = connect(self.path, busy_timeout_s=self._busy_timeout_s)
+        except (LedgerError, OSError, sqlite3.Error) as exc:
+            if self.failing is None:
+                self.failing = f"the file was {what} and cannot be opened again: {exc}"
+                log.warning("turnwatch ledger %s: %s; retrying", self.path, self.failing)
+            return False
+        self._conn, self._file = conn, file_id(self.path)
+        self._summary.forget()  # its rows were the old file's
+        log.warning(
+            "turnwatch ledger %s: the file was %s under the writer; writing there again",
+            self.path,
+            what,
+        )
+        return True
+
     def _put_metas(self, metas: dict[str, str]) -> None:
         try:
             self._conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", metas.items())
@@ -368,6 +398,8 @@ class Ledger:
                 done = staged[id(st.ev)] = stages.on_step(st)
             return done
 
+        if file_id(self.path) != self._file and not self._reopen():
+            return False
         for attempt in range(WRITE_RETRIES):
             try:
                 self.written += write_batch(

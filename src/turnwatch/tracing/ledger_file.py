@@ -335,3 +335,13 @@ def read_events(
                 span_id=r["span_id"],
             ),
         )
+
+
+def file_id(path: Path) -> tuple[int, int] | None:
+    """The file at ``path`` (device, inode), or None when there is none: a writer that sees it
+    change knows the file it writes was deleted or replaced under it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
