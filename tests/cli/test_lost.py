@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from tests.conftest import turnwatch
@@ -46,3 +47,30 @@ def test_ingest_onto_a_full_disk_says_what_it_lost_and_exits_1(
     assert str(ledger) in last
     assert "database or disk is full" in last
     assert "Traceback" not in done.stderr
+
+
+def test_the_demo_on_a_full_disk_is_recovered_in_process_and_says_what_it_lost(
+    small_fs: Path,  # noqa: F811 - the fixture
+) -> None:
+    """The operator's bad day of #35: the ledger fails from the start, yet the in-process
+    watchdog finds demo-legacy pinned from its runtime's own state and recovers it, and the
+    demo ends by saying what the ledger lost (exit 1)."""
+    ledger = small_fs / "ledger.sqlite3"
+    Ledger(ledger).close()
+    room = small_fs / "room"
+    room.write_bytes(b"\0" * 96 * 1024)
+    fill(small_fs / "filler")
+    room.unlink()  # room enough to open the ledger, not to write the demo's events
+    started = time.monotonic()
+    done = turnwatch("demo", "--grace", "1", "--ledger", str(ledger), "--json", timeout=120)
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    report = json.loads(done.stdout)
+    assert report["sessions"]["demo-legacy"]["recovered_by_watchdog"] is True
+    assert report["leftover_pids"] == []
+    # The legacy Grep runs about 75 s on its own: recovered, the demo ends long before.
+    assert took < 45, took
+    last = done.stderr.strip().splitlines()[-1]
+    assert "event(s) could not be written to" in last
+    assert "database or disk is full" in last

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import itertools
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,8 @@ class Turn:
         self.stop_task: asyncio.Task[None] | None = None
         # When the first stop reached the turn (monotonic seconds), for "pinned" judgements.
         self.stop_started: float | None = None
+        # When it settled (monotonic seconds): "processing" left set long after is a pin.
+        self.settled_at: float | None = None
         # True once an ADR walk ran (a watchdog stop walks even a legacy turn once).
         self.walked = False
         # The walk's task that ends what the turn's finished calls left running.
@@ -330,6 +333,7 @@ class Turn:
             {names.K_OUTCOME: outcome.value, names.K_MODE: sess.env.mode.value},
         )
         sess.env.registry.forget_turn(sess.id, self.id)
+        self.settled_at = time.monotonic()
         sess.turn_settled(self)
         self.settled.set_result(outcome)
 

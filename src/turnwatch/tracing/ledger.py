@@ -197,12 +197,17 @@ class Ledger:
         if not self._closed:
             self._queue.put(_Meta(key, value))
 
-    def flush(self, timeout: float | None = 30.0) -> bool:
+    def flush(
+        self, timeout: float | None = 30.0, *, failing_wait_s: float = CLOSE_WAIT_FAILING_S
+    ) -> bool:
         """Wait until everything enqueued so far is committed (or counted lost): True once it
-        is, False after ``timeout``, or after :data:`CLOSE_WAIT_FAILING_S` of it while the file
-        cannot be written (a program does not hang on a full disk)."""
+        is, False after ``timeout``, or after ``failing_wait_s`` of it while the file cannot be
+        written (a program does not hang on a full disk; one that flushes on its event loop,
+        as a watchdog beside a runtime does after each recovery, passes 0)."""
         if self._closed or not self._thread.is_alive():
             return True
+        if self.failing is not None and failing_wait_s <= 0:
+            return False  # an outage under way: what waits is in the backlog, in order
         done = threading.Event()
         self._queue.put(done)
         self._hurry.set()
@@ -216,7 +221,7 @@ class Ledger:
                 failing_since = None
             elif failing_since is None:
                 failing_since = now
-            elif now - failing_since >= CLOSE_WAIT_FAILING_S:
+            elif now - failing_since >= failing_wait_s:
                 return False
         return True
 

@@ -18,7 +18,8 @@ from turnwatch import names
 from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.model import FindingKind, RecoveryResult
 from turnwatch.runtime.runtime import Runtime
-from turnwatch.tracing.ledger import connect
+from turnwatch.tracing.ledger import LedgerError, connect
+from turnwatch.watchdog.inprocess import merged, runtime_findings
 from turnwatch.watchdog.recover import Recoverer, Recovery
 from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, ScanResult, scan
 from turnwatch.watchdog.signals import Guard
@@ -87,6 +88,7 @@ class Watchdog:
         self.rate_per_min = rate_per_min
         self.observe_scan = observe_scan
         self.guard = Guard()
+        self.runtime = runtime
         self.recoverer = Recoverer(
             self._conn,
             sink,
@@ -102,6 +104,8 @@ class Watchdog:
         self._recent: deque[float] = deque()
         # Per session, after a failed recovery: (not before, monotonic; the delay that was set).
         self._backoff: dict[str, tuple[float, float]] = {}
+        self.say = say
+        self._unread: str | None = None  # why the ledger could not be read, while it cannot
 
     def _conn(self) -> sqlite3.Connection:
         return connect(self.ledger, readonly=True)
@@ -110,14 +114,28 @@ class Watchdog:
         return self._completed(self._read())
 
     def _read(self) -> ScanResult:
-        """The ledger's and /proc's part of a scan: blocking, and safe off the loop's thread."""
-        conn = self._conn()
+        """The ledger's and /proc's part of a scan: blocking, and safe off the loop's thread.
+        Beside a runtime, a ledger that cannot be read is no scan's end: what the runtime knows
+        of its own sessions is still found (said once per outage)."""
         try:
-            return scan(conn, cfg=self.cfg)
-        finally:
-            conn.close()
+            conn = self._conn()
+            try:
+                found = scan(conn, cfg=self.cfg)
+            finally:
+                conn.close()
+            self._unread = None
+            return found
+        except (LedgerError, sqlite3.Error) as exc:
+            if self.runtime is None:
+                raise
+            if self._unread is None:
+                self.say(f"watchdog: cannot read the ledger ({exc}); watching the runtime")
+            self._unread = str(exc)
+            return ScanResult()
 
     def _completed(self, result: ScanResult) -> ScanResult:
+        if self.runtime is not None:  # on the loop's thread: the runtime's state is the loop's
+            result.findings = merged(result.findings, runtime_findings(self.runtime, self.cfg))
         if self.also is not None:
             result.findings += self.also()
         if self.observe_scan is not None:

@@ -124,6 +124,8 @@ class Recoverer:
     # --- the abort walk ---
 
     async def _walk(self, f: Finding) -> Recovery:
+        if self.runtime is not None and f.session in self.runtime.sessions:
+            return await self._walk_in_process(f)
         conn = self.conn_factory()
         try:
             rows = view.sessions(conn, only=f.session)
@@ -134,10 +136,7 @@ class Recoverer:
         row = rows[0]
         table = ProcessTable.scan({p for p in [row.runtime_pid] if p})
         runtime_alive = table.alive(row.runtime_pid, row.runtime_create_time)
-        in_process = self.runtime is not None and f.session in self.runtime.sessions
-        if in_process:
-            how = How(Action.ABORT_WALK, "call abort() in process")
-        elif runtime_alive and row.control:
+        if runtime_alive and row.control:
             how = How(Action.ABORT_WALK, f"call agent.abort via {row.control}")
         elif not runtime_alive and row.runtime_pid is not None:
             how = HANDLERS
@@ -158,17 +157,25 @@ class Recoverer:
         try:
             if how == HANDLERS:
                 return await self._settle_for_dead_runtime(f, row)
-            if in_process:
-                assert self.runtime is not None
-                receipt = (await self.runtime.abort(f.session, source="watchdog")).value
-            else:
-                assert row.control is not None
-                receipt = await asyncio.to_thread(control_client.abort, row.control, f.session)
+            assert row.control is not None
+            receipt = await asyncio.to_thread(control_client.abort, row.control, f.session)
         except (control_client.ControlError, OSError) as exc:
             self.record(
                 names.WATCHDOG_RECOVERED, f, result=R.FAILED, action=how.words, error=str(exc)
             )
             return how(f, R.FAILED, str(exc))
+        self.record(names.WATCHDOG_RECOVERED, f, result=R.OK, action=how.words, receipt=receipt)
+        return how(f, R.OK, f"receipt {receipt}")
+
+    async def _walk_in_process(self, f: Finding) -> Recovery:
+        """The session is the runtime's beside us: its own ``abort()``, the ledger unread (it
+        may be the part that is failing)."""
+        assert self.runtime is not None
+        how = How(Action.ABORT_WALK, "call abort() in process")
+        self.say(f"{f.session}: {how.words}")
+        if self.dry_run:
+            return how(f, R.DRY_RUN)
+        receipt = (await self.runtime.abort(f.session, source="watchdog")).value
         self.record(names.WATCHDOG_RECOVERED, f, result=R.OK, action=how.words, receipt=receipt)
         return how(f, R.OK, f"receipt {receipt}")
 

@@ -131,15 +131,18 @@ async def watchdog_recovers(
     say: Callable[[str], None],
 ) -> bool:
     """Run the real watchdog beside the runtime until it has recovered ``session``."""
+    # On the loop: a ledger that cannot be written must not hold it (the watchdog's own state
+    # of the runtime is what finds the session then).
+    flush = partial(ledger.flush, failing_wait_s=0.0)
     dog = Watchdog(
         ledger.path,
         ledger,
-        ledger.flush,
+        flush,
         cfg=Config(grace_s=grace_s, rpc_stuck_s=pinned_after_s),
         runtime=runtime,
     )
     for _ in range(300):
-        ledger.flush()
+        flush()
         cycle = await dog.cycle()
         for a in cycle.actions:
             if a.finding.session == session and a.result is RecoveryResult.OK:

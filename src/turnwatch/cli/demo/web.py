@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -109,7 +110,7 @@ async def serve_live(
     dog = Watchdog(
         path,
         wiring.ledger,
-        wiring.ledger.flush,
+        functools.partial(wiring.ledger.flush, failing_wait_s=0.0),  # on the loop
         cfg=Config(grace_s=grace_s, rpc_stuck_s=1.5),
         runtime=legacy,
     )
