@@ -30,8 +30,12 @@ from turnwatch.runtime.clock import REAL, Clock
 from turnwatch.runtime.model import Signalled
 from turnwatch.runtime.procfs import Proc, identity, read
 
-#: How long after SIGKILL (or ``cgroup.kill``) we wait to see every member gone.
-KILL_WAIT_S = 1.0
+#: How long after SIGKILL (or ``cgroup.kill``) we wait to see every member gone: a process call is
+#: released once its end is seen (every pidfd readable, the cgroup's ``populated 0``), at most this
+#: long after its grace window. A killed process still has to be scheduled to exit: on a machine
+#: whose cores are kept busy, 1 s was not always enough (#35). Past it, the call is released with
+#: its survivors recorded, and the watchdog finds them.
+KILL_WAIT_S = 5.0
 
 #: Why a process must not be signalled (None: it may be). Sees the process as read after the
 #: pidfd was opened. The default is the identity check; the watchdog passes a stricter one.
