@@ -1,6 +1,6 @@
 """A real runtime in its own process, for cross-process watchdog tests.
 
-python -m tests.watchdog.runtime_proc LEDGER SOCKET MODE TOOL ARGS_JSON STOP [CONTAINMENT]
+python -m tests.watchdog.runtime_proc LEDGER SOCKET MODE TOOL ARGS_JSON STOP [CONTAINMENT [GRACE]]
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ async def main(
     args: str,
     stop: str,
     containment: str = "auto",
+    grace: str = "0.5",
 ) -> None:
     ledger = Ledger(ledger_path)
-    rt = Runtime(LocalHost(containment=containment), mode=mode, grace_s=0.5, sink=ledger)
+    rt = Runtime(LocalHost(containment=containment), mode=mode, grace_s=float(grace), sink=ledger)
     async with ControlServer(rt, sock):
         turn = rt.start_turn("far")
         turn.request(tool, json.loads(args))
@@ -41,4 +42,4 @@ async def main(
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:8]))
+    asyncio.run(main(*sys.argv[1:9]))

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,6 +71,7 @@ def spawn_runtime(
     *,
     stop: bool,
     containment: str = "auto",
+    grace_s: float = 0.5,
 ) -> subprocess.Popen[str]:
     """A real runtime in its own process, one call in flight (and the user's stop, if asked)."""
     proc = subprocess.Popen(
@@ -84,6 +86,7 @@ def spawn_runtime(
             json.dumps(args),
             "stop" if stop else "run",
             containment,
+            str(grace_s),
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -241,3 +244,47 @@ def test_watchdog_killed_mid_recovery_resumes_without_a_second_sigterm(
     assert second.returncode == 0, second.stderr
     assert log.read_text().count("TERM") == 1  # resumed at the SIGKILL step: no second SIGTERM
     assert procs.alive() == []
+
+
+@pytest.mark.parametrize("containment", ["cgroup", "process_group"])
+async def test_a_runtime_killed_mid_grace_leaves_the_watchdog_its_window_not_a_new_one(
+    tmp_path: Path, procs: Procs, containment: str
+) -> None:
+    """The runtime SIGTERMed its call's tree, starting a 3 s grace window, and died. The watchdog
+    goes on with that window: no second SIGTERM, and SIGKILL when the runtime's window ends
+    (invariant 3 is the call's window, not one the watchdog starts anew)."""
+    if containment == "cgroup":
+        require_cgroups()
+    path, sock, log = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock", tmp_path / "terms.log"
+    trap = f"trap 'echo TERM >> {log}' TERM"
+    script = f"{trap}; ({trap}; while :; do sleep 0.1; done) & while :; do sleep 0.1; done"
+    proc = spawn_runtime(
+        procs,
+        path,
+        sock,
+        "adr",
+        "Bash",
+        {"command": script},
+        stop=True,
+        containment=containment,
+        grace_s=3.0,
+    )
+    wait_until(lambda: log.exists() and log.read_text().count("TERM") == 2, what="two SIGTERMs")
+    await asyncio.sleep(0.2)  # the runtime's ledger flushes every 50 ms
+    conn = connect(path, readonly=True)
+    (call,) = view.sessions(conn, only="far")[0].calls
+    conn.close()
+    assert call.abort_ts is not None
+    assert call.pid is not None
+    leader = procs.track(call.pid)
+    wait_until(lambda: leader.children(), what="the subshell")
+    tree = [leader, procs.track(leader.children()[0].pid)]
+
+    await runtime_dies_then_one_cycle(path, proc)
+
+    ended = time.time()
+    assert log.read_text().count("TERM") == 2  # the watchdog sent none of its own
+    for p in tree:
+        assert not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    # SIGKILLed when the runtime's window ended: not before it, and not a window later.
+    assert call.abort_ts + 3.0 - 0.1 <= ended <= call.abort_ts + 3.0 + 2.0

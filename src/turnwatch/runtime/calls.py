@@ -249,11 +249,19 @@ class Call:
         assert not self.abort_sent
         self.abort_sent = True
         if self.env.sink is not None:  # no sink: not even the attributes are built
+            # A grace call's SIGKILL deadline, on the wall clock: a watchdog that finds the call
+            # after this runtime died goes on with this window, not a new one (no second SIGTERM).
+            grace = (
+                {names.K_KILL_AT: time.time() + self.env.grace_s}
+                if self.policy is Policy.GRACE
+                else {}
+            )
             self.emit(
                 names.TOOLS_ABORT_SENT,
                 policy=self.policy_name,
                 **{names.K_CLASS: self.class_name},
                 source=source.value,  # plain data in events, as every other stop event has
+                **grace,
             )
         if self.local:
             return  # its execution is ours: race() cancels it, await waits for it

@@ -233,7 +233,10 @@ class Recoverer:
     # --- process termination ---
 
     def _journal(self, f: Finding) -> float | None:
-        """The SIGKILL deadline of a termination this (or a killed) watchdog already began."""
+        """The SIGKILL deadline of a termination already begun: by this (or a killed) watchdog,
+        or by the call's runtime, whose ``tools.abort.sent`` of a grace call starts the call's
+        window (its SIGTERM went to the call's processes; what a finished call left running
+        it never signalled). The watchdog goes on with that window: no second SIGTERM."""
         conn = self.conn_factory()
         try:
             for r in conn.execute(
@@ -242,8 +245,14 @@ class Recoverer:
                 (names.TOOLS_ABORT_SENT, f.session, f.call),
             ):
                 attrs = codec.loads_stored(r[0])
-                if attrs.get(names.K_STEP) == "sigterm" and attrs.get(names.K_PID) == f.pid:
-                    return float(attrs[names.K_KILL_AT])
+                kill_at = attrs.get(names.K_KILL_AT)
+                if not isinstance(kill_at, (int, float)):
+                    continue
+                step = attrs.get(names.K_STEP)
+                if step == "sigterm" and attrs.get(names.K_PID) == f.pid:
+                    return float(kill_at)
+                if step is None and not f.lingering:  # the runtime's own stop of the call
+                    return float(kill_at)
         finally:
             conn.close()
         return None
@@ -336,8 +345,10 @@ class Recoverer:
                 R.DRY_RUN,
                 f"SIGTERM {len(found)} member(s), cgroup.kill after {self.grace_s:g} s",
             )
+        kill_at = self._journal(f)  # the runtime's window, if it began one before it died
+        window = self.grace_s if kill_at is None else max(kill_at - time.time(), 0.0)
         ended = await terminate.terminate(
-            terminate.CgroupTarget(cg), self.grace_s, kill_wait_s=KILL_WAIT_S
+            terminate.CgroupTarget(cg), window, kill_wait_s=KILL_WAIT_S, term=kill_at is None
         )
         if not ended.alive:
             cg.remove()
