@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean phoenix agent-clis
+.PHONY: test demo bench chaos lint typecheck clean phoenix agent-clis
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# The chaos test at full size: 100 stops, each with a SIGKILL at a random moment, a fresh seed
+# (printed in any failure; TURNWATCH_CHAOS_SEED=<seed> replays it).
+chaos: $(STAMP)
+	TURNWATCH_CHAOS_RUNS=100 TURNWATCH_CHAOS_SEED=$${TURNWATCH_CHAOS_SEED:-$$(date +%s)} \
+		$(BIN)/python -m pytest tests/watchdog/test_chaos.py --timeout 1200 -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks dashboards examples
