@@ -162,6 +162,8 @@ class CallState:
     abort_mono: int | None = None
     #: When the host's own answer (``tool.finished``) came, if it did.
     done_ts: float | None = None
+    #: When the call's permission was granted after its turn's stop (a finding), if it was.
+    late_grant_ts: float | None = None
 
     @property
     def released(self) -> bool:
@@ -470,6 +472,8 @@ def _prompted(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
 def _granted(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
     c.prompt_open = 0
     c.granted_ts = ev.ts_unix
+    if s.stop_ts is not None and c.turn == s.turn and ev.ts_unix > s.stop_ts:
+        c.late_grant_ts = ev.ts_unix  # kept on the row: the scan finds it through an index
     return (Move.GRANTED,)
 
 

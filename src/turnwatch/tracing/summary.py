@@ -67,6 +67,20 @@ CREATE TABLE IF NOT EXISTS calls ({", ".join(_CALL_COLS)}, PRIMARY KEY (session,
 CREATE INDEX IF NOT EXISTS calls_live_pids ON calls (pid) WHERE pid IS NOT NULL;
 CREATE INDEX IF NOT EXISTS calls_procs_live ON calls (session) WHERE procs_live = 1;
 CREATE INDEX IF NOT EXISTS sessions_processing ON sessions (processing);
+-- What scans and views read, each bounded by what is live or recent, never by history:
+-- the most recent sessions (`sessions`), a turn's session (`explain <turn>`), a session's
+-- nested runs (`explain`), awaited calls
+-- still open after their stop, calls with activity after their turn settled or a grant after
+-- their stop.
+CREATE INDEX IF NOT EXISTS sessions_recent ON sessions (last_ts);
+CREATE INDEX IF NOT EXISTS sessions_by_turn ON sessions (turn);
+CREATE INDEX IF NOT EXISTS sessions_children ON sessions (parent_session)
+    WHERE parent_session IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_open_stopped ON calls (session)
+    WHERE abort_ts IS NOT NULL AND ended_ts IS NULL;
+CREATE INDEX IF NOT EXISTS calls_late ON calls (late_ts) WHERE late_ts IS NOT NULL;
+CREATE INDEX IF NOT EXISTS calls_late_grant ON calls (late_grant_ts)
+    WHERE late_grant_ts IS NOT NULL;
 """
 
     def __init__(self, max_rows: int = MAX_CACHED_ROWS) -> None:

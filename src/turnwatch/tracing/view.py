@@ -205,16 +205,26 @@ def sessions(
     th: Thresholds = Thresholds(),
     with_calls: bool = True,
     only: str | None = None,
+    limit: int | None = None,
+    processing: bool = False,
 ) -> list[SessionView]:
-    """Every session (or one), with its state and its current turn's calls."""
+    """Sessions, most recent first, with their state and their current turn's calls: every one,
+    ``only`` one, the ``limit`` most recent, or those still ``processing`` (what can be pinned).
+    Each read goes through an index: its cost is what it returns, not the ledger's history."""
     now = time.time() if now is None else now
     sql = "SELECT * FROM sessions"
     args: tuple[Any, ...] = ()
     if only is not None:
         sql += " WHERE session = ?"
         args = (only,)
+    elif processing:
+        sql += " WHERE processing = 1"
+    sql += " ORDER BY last_ts DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        args += (limit,)
     out: list[SessionView] = []
-    cursor = conn.execute(sql + " ORDER BY last_ts DESC", args)
+    cursor = conn.execute(sql, args)
     get = _picks([d[0] for d in cursor.description], _SESSION_PICK)
     for r in cursor:
         state, since = judge(r, now, th)
@@ -229,14 +239,31 @@ def sessions(
         )
     if with_calls and out:
         by = {(s.session, s.turn): s for s in out}
-        q = "SELECT c.* FROM calls c JOIN sessions s ON c.session = s.session AND c.turn = s.turn"
-        if only is not None:
-            q += " WHERE c.session = ?"
-        for r in conn.execute(q, args):
-            sv = by.get((r["session"], r["turn"]))
-            if sv is not None:
-                sv.calls.append(call_view(r))
+        ids = [s.session for s in out]
+        for i in range(0, len(ids), 900):  # SQLite's bound on parameters
+            part = ids[i : i + 900]
+            q = f"SELECT * FROM calls WHERE session IN ({','.join('?' * len(part))}) ORDER BY rowid"
+            for r in conn.execute(q, part):  # the primary key, (session, call); in their order
+                sv = by.get((r["session"], r["turn"]))
+                if sv is not None:
+                    sv.calls.append(call_view(r))
     return out
+
+
+def live_and_recent(
+    conn: sqlite3.Connection, limit: int, *, now: float | None = None, th: Thresholds = Thresholds()
+) -> list[SessionView]:
+    """Every session still processing (what can be pinned), and the ``limit`` most recent:
+    what a page or a table of a long-lived ledger shows, most recent first."""
+    rows = {r.session: r for r in sessions(conn, now=now, th=th, limit=limit)}
+    for r in sessions(conn, now=now, th=th, processing=True):
+        rows.setdefault(r.session, r)
+    return sorted(rows.values(), key=lambda r: r.last_ts or 0.0, reverse=True)
+
+
+def count(conn: sqlite3.Connection) -> int:
+    """How many sessions the ledger holds (``sessions`` says how many it did not show)."""
+    return int(conn.execute("SELECT count(*) FROM sessions").fetchone()[0])
 
 
 def session_ids(conn: sqlite3.Connection) -> list[str]:

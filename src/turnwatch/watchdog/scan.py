@@ -183,16 +183,22 @@ def _recorded_processes(
                 part,
             )
         ]
-    runtimes = (
-        {
-            r["session"]: (r["runtime_pid"], r["runtime_create_time"], r["turn"], r["stop_ts"])
-            for r in conn.execute(
-                "SELECT session, runtime_pid, runtime_create_time, turn, stop_ts FROM sessions"
+    # Their sessions' runtimes, by primary key: not every session the ledger ever held.
+    runtimes: dict[str, tuple[Any, Any, Any, Any]] = {}
+    wanted = sorted({session for session, _c in candidates})
+    for i in range(0, len(wanted), 900):
+        ids = wanted[i : i + 900]
+        for r in conn.execute(
+            "SELECT session, runtime_pid, runtime_create_time, turn, stop_ts FROM sessions "
+            f"WHERE session IN ({','.join('?' * len(ids))})",
+            ids,
+        ):
+            runtimes[r["session"]] = (
+                r["runtime_pid"],
+                r["runtime_create_time"],
+                r["turn"],
+                r["stop_ts"],
             )
-        }
-        if candidates
-        else {}
-    )
     for session, c in candidates:
         if c.cgroup is not None or not table.alive(c.pid, c.create_time):
             continue  # a cgroup call is judged by its cgroup, below
@@ -310,11 +316,15 @@ def _overdue(conn: sqlite3.Connection, cfg: Config, now: float) -> list[Finding]
 def _after_the_stop(conn: sqlite3.Connection) -> list[Finding]:
     """Activity after settlement, and permissions granted after the stop."""
     out: list[Finding] = []
-    for r in conn.execute(
+    both = (
         "SELECT c.*, s.stop_ts AS s_stop FROM calls c JOIN sessions s "
-        "ON c.session = s.session AND c.turn = s.turn "
-        "WHERE c.late_ts IS NOT NULL OR (c.granted_ts IS NOT NULL AND s.stop_ts IS NOT NULL "
-        "AND c.granted_ts > s.stop_ts)"
+        "ON c.session = s.session AND c.turn = s.turn WHERE "
+    )
+    # Each through its partial index: the calls that have either, and no other (an OR of the
+    # two would read every call ever recorded).
+    for r in conn.execute(
+        f"{both} c.late_ts IS NOT NULL UNION ALL "
+        f"{both} c.late_grant_ts IS NOT NULL AND c.late_ts IS NULL"
     ):
         c = view.call_view(r)
         if c.late_ts is not None:
@@ -327,7 +337,7 @@ def _after_the_stop(conn: sqlite3.Connection) -> list[Finding]:
                     f"{c.tool} reported activity after its turn settled",
                 )
             )
-        if c.granted_ts is not None and r["s_stop"] is not None and c.granted_ts > r["s_stop"]:
+        if r["late_grant_ts"] is not None:
             out.append(
                 _about(
                     FindingKind.PERMISSION_AFTER_STOP,
@@ -392,11 +402,22 @@ def _left_alive(c: CallView, table: ProcessTable) -> list[tuple[int, float]]:
 
 
 def annotate_findings(
-    conn: sqlite3.Connection, *, cfg: Config = DEFAULT_CONFIG, now: float | None = None
+    conn: sqlite3.Connection,
+    *,
+    cfg: Config = DEFAULT_CONFIG,
+    now: float | None = None,
+    limit: int | None = None,
+    processing: bool = False,
 ) -> list[SessionView]:
-    """The sessions view with each session's findings filled in."""
+    """The sessions view with each session's findings filled in: every session, or (``limit``)
+    those processing and the ``limit`` most recent, or only those ``processing``."""
     now = time.time() if now is None else now
-    rows = view.sessions(conn, now=now, th=cfg)
+    if processing:
+        rows = view.sessions(conn, now=now, th=cfg, processing=True)
+    elif limit is not None:
+        rows = view.live_and_recent(conn, limit, now=now, th=cfg)
+    else:
+        rows = view.sessions(conn, now=now, th=cfg)
     result = scan(conn, cfg=cfg, now=now)
     assert result.table is not None
     for r in rows:

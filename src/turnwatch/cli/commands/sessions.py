@@ -8,26 +8,52 @@ from typing import Annotated
 
 import typer
 
-from turnwatch.cli.common import JsonOpt, LedgerOpt, console, read_conn
+from turnwatch.cli.common import JsonOpt, LedgerOpt, console, fail, read_conn
 from turnwatch.runtime.model import SessionStatus
+
+#: ``sessions`` shows this many of the most recent (and every one still processing).
+DEFAULT_LIMIT = 50
 
 
 def sessions(
     ledger: LedgerOpt = None,
     pinned: Annotated[bool, typer.Option("--pinned", help="Only pinned sessions.")] = False,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit",
+            metavar="N",
+            help="Show the N most recent sessions (and every one still processing).",
+        ),
+    ] = DEFAULT_LIMIT,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every session the ledger holds (a long list).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """One row per session: state, turn, since when, findings."""
+    """One row per session: state, turn, since when, findings. The most recent 50 (and every
+    session still processing) unless --limit or --all says otherwise."""
     from turnwatch.cli import tables
+    from turnwatch.tracing import view
     from turnwatch.watchdog.scan import annotate_findings
 
+    if limit < 1:
+        raise fail(f"--limit: {limit} is not a number of sessions (1 or more)")
     conn = read_conn(ledger)
-    every = annotate_findings(conn)
-    rows = [r for r in every if r.state == SessionStatus.PINNED] if pinned else every
+    if pinned:
+        rows = [
+            r for r in annotate_findings(conn, processing=True) if r.state == SessionStatus.PINNED
+        ]
+    else:
+        rows = annotate_findings(conn, limit=None if every else limit)
+    held = view.count(conn)
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in rows], indent=2) + "\n")
         return
-    if pinned and not rows and every:
-        console.print(f"no pinned sessions ({len(every)} session(s) in this ledger)")
+    if pinned and not rows and held:
+        console.print(f"no pinned sessions ({held} session(s) in this ledger)")
         return
     tables.sessions_table(console, rows)
+    hidden = held - len(rows)
+    if hidden > 0 and not pinned:
+        console.print(f"{hidden} older session(s) not shown (--limit N, or --all)")

@@ -47,6 +47,8 @@ _TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 Stop = Callable[[str, str | None], str]
 #: Without a watchdog beside the page, the sessions (and /proc) are read at most this often.
 SCAN_EVERY_S = 1.0
+#: The page lists every session still processing, and this many of the most recent others.
+PAGE_SESSIONS = 200
 
 
 class StopFailed(TurnwatchError):
@@ -151,7 +153,7 @@ class LivePage:
         try:
             if self.findings is None:
                 return self._scan(conn)
-            rows = apply_findings(view.sessions(conn), self.findings())
+            rows = apply_findings(view.live_and_recent(conn, PAGE_SESSIONS), self.findings())
             return [r.to_json() for r in rows]
         finally:
             conn.close()
@@ -160,7 +162,8 @@ class LivePage:
         with self._lock:  # one /proc read a second, however many pages poll
             now = time.monotonic()
             if self._scanned is None or now - self._scanned[0] >= SCAN_EVERY_S:
-                self._scanned = (now, [r.to_json() for r in annotate_findings(conn)])
+                found = annotate_findings(conn, limit=PAGE_SESSIONS)
+                self._scanned = (now, [r.to_json() for r in found])
             return self._scanned[1]
 
     def _timeline(self, session: str, start: StartResponse) -> Iterable[bytes]:
