@@ -13,6 +13,7 @@ from turnwatch.cli.commands import (
     demo,
     explain,
     ingest,
+    prune,
     recover,
     serve,
     serve_metrics,
@@ -42,6 +43,7 @@ app.command()(explain.explain)
 app.command()(recover.recover)
 app.command()(watch.watch)
 app.command()(demo.demo)
+app.command()(prune.prune)
 
 
 def main() -> None:

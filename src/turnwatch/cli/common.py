@@ -115,6 +115,29 @@ def seconds(option: str, value: float | None) -> None:
         raise fail(f"{option} takes seconds from {least:g} to {most:g}, got {value:g}")
 
 
+#: A duration's units (``30d``); a bare number is seconds.
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
+#: The longest retention a duration may say: a century.
+MAX_DURATION_S = 100 * 365 * 86_400.0
+
+
+def duration(option: str, text: str) -> float:
+    """``text`` (``30d``, ``12h``, ``90m``, ``3600s``, ``3600``) in seconds; exit 2 with one
+    line for a zero, negative, NaN, unbounded or unparsable one."""
+    body, unit = text.strip(), "s"
+    if body and body[-1].lower() in _UNITS:
+        body, unit = body[:-1], body[-1].lower()
+    try:
+        value = float(body) * _UNITS[unit]
+    except ValueError:
+        raise fail(
+            f"{option} takes a duration such as 30d, 12h, 90m or 3600s, got {text!r}"
+        ) from None
+    if not (math.isfinite(value) and 0 < value <= MAX_DURATION_S):
+        raise fail(f"{option} takes a duration above 0 and up to 100 years, got {text!r}")
+    return value
+
+
 def size(option: str, value: int) -> None:
     """Exit 2 unless ``value`` is a size in bytes within ``option``'s bounds (:data:`BYTES`)."""
     least, most = BYTES[option]

@@ -35,6 +35,7 @@ def make_watchdog(
     observe_scan: Callable[[float], None] | None = None,
     agents: Agents | None = None,
     write: bool = True,
+    retain_s: float | None = None,
 ) -> tuple[Watchdog, Callable[[], Ledger | None]]:
     """A watchdog recording its findings and actions (and their spans) into the ledger at
     ``path``, and what closes both (the ledger first: its writer builds the spans).
@@ -82,6 +83,7 @@ def make_watchdog(
         observe_scan=observe_scan,
         say=say,
         also=also,
+        retain_s=retain_s,
     ), close
 
 
@@ -143,6 +145,7 @@ def once(
     dry_run: bool,
     say: Callable[[str], None],
     agents: Agents | None = None,
+    retain_s: float | None = None,
 ) -> Cycle:
     dog, close = make_watchdog(
         path,
@@ -152,6 +155,7 @@ def once(
         say=say,
         agents=agents,
         write=recover and not dry_run,
+        retain_s=retain_s,
     )
     try:
         cycle = asyncio.run(dog.cycle())
@@ -171,6 +175,7 @@ def loop(
     metrics_addr: str | None,
     say: Callable[[str], None],
     agents: Agents | None = None,
+    retain_s: float | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM, serving the metrics (rebuilt from the ledger) if asked."""
     from prometheus_client import CollectorRegistry
@@ -194,6 +199,7 @@ def loop(
             say=say,
             observe_scan=metrics.scan.observe,
             agents=agents,
+            retain_s=retain_s,
         )
     except BaseException:
         if server is not None:

@@ -151,24 +151,7 @@ def connect(
         if unable is not None:
             conn.close()
             raise LedgerError(f"{path}: cannot write here: {unable}")
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        # Check and create in one transaction: a reader sees no schema or all of it with its
-        # meta rows, and two writers creating the same file at once do it one after the other.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            _check(conn, path, readonly=False)
-            _upgrade(conn)
-            for statement in _statements(_SCHEMA):  # not executescript: it would COMMIT
-                conn.execute(statement)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('application', ?)", (APPLICATION,))
-            conn.execute(
-                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        _create(conn, path)
         return conn
     except sqlite3.DatabaseError as exc:
         why = None if readonly else _unwritable(path)
@@ -177,6 +160,31 @@ def connect(
         raise LedgerError(f"{path}: unreadable ledger ({exc})") from None
     except OSError as exc:
         raise LedgerError(f"{path}: cannot open ({exc.strerror or exc})") from None
+
+
+def _create(conn: sqlite3.Connection, path: Path) -> None:
+    """A writer's file: WAL, and the schema created or brought up to date."""
+    # A new file gives pruned pages back (tracing.prune); only settable before any table.
+    if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    # Check and create in one transaction: a reader sees no schema or all of it with its
+    # meta rows, and two writers creating the same file at once do it one after the other.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        _check(conn, path, readonly=False)
+        _upgrade(conn)
+        for statement in _statements(_SCHEMA):  # not executescript: it would COMMIT
+            conn.execute(statement)
+        conn.execute("INSERT OR IGNORE INTO meta VALUES ('application', ?)", (APPLICATION,))
+        conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _unwritable(path: Path) -> str | None:

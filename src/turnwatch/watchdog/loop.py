@@ -19,6 +19,7 @@ from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.model import FindingKind, RecoveryResult
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.tracing.ledger import LedgerError, connect
+from turnwatch.tracing.prune import Pruned, prune
 from turnwatch.watchdog.inprocess import merged, runtime_findings
 from turnwatch.watchdog.recover import Recoverer, Recovery
 from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, ScanResult, scan
@@ -29,6 +30,8 @@ DEFAULT_RATE_PER_MIN = 30
 #: A session whose recovery failed is tried again after this, doubling per failure up to the max.
 BACKOFF_MIN_S = 10.0
 BACKOFF_MAX_S = 600.0
+#: With ``retain_s``, how often the ledger is pruned (and once at the first cycle).
+PRUNE_EVERY_S = 600.0
 _RECOVERABLE = {
     FindingKind.PINNED_SESSION,
     FindingKind.ABORT_RPC_STUCK,
@@ -78,6 +81,7 @@ class Watchdog:
         observe_scan: Callable[[float], None] | None = None,
         say: Callable[[str], None] = lambda _m: None,
         also: Callable[[], list[Finding]] | None = None,
+        retain_s: float | None = None,
     ) -> None:
         self.ledger = ledger
         #: Findings from outside the ledger (background processes of the agent CLIs).
@@ -106,6 +110,11 @@ class Watchdog:
         self._backoff: dict[str, tuple[float, float]] = {}
         self.say = say
         self._unread: str | None = None  # why the ledger could not be read, while it cannot
+        #: With ``retain_s``, the rows of sessions settled longer ago are pruned (tracing.prune)
+        #: at the first cycle and every PRUNE_EVERY_S after, never one with an open finding.
+        self.retain_s = retain_s
+        self._pruned_at: float | None = None
+        self.last_prune: Pruned | None = None
 
     def _conn(self) -> sqlite3.Connection:
         return connect(self.ledger, readonly=True)
@@ -196,8 +205,38 @@ class Watchdog:
         self._backoff = {s: v for s, v in self._backoff.items() if s in standing}
         if self.recover:
             out.actions = await self.act(result.findings)
+        if self._prune_due():
+            keep = {f.session for f in result.findings}
+            self.last_prune = await asyncio.to_thread(self._prune, keep)
         out.duration_s = time.perf_counter() - started
         return out
+
+    def _prune_due(self) -> bool:
+        if self.retain_s is None or not self.recover or self.recoverer.dry_run:
+            return False  # looking never deletes
+        now = time.monotonic()
+        if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY_S:
+            return False
+        self._pruned_at = now
+        return True
+
+    def _prune(self, keep: set[str]) -> Pruned | None:
+        assert self.retain_s is not None
+        try:
+            conn = connect(self.ledger)
+            try:
+                done = prune(conn, time.time() - self.retain_s, keep=keep)
+            finally:
+                conn.close()
+        except (LedgerError, sqlite3.Error) as exc:  # tried again at the next due cycle
+            self.say(f"watchdog: could not prune the ledger: {exc}")
+            return None
+        if done.sessions:
+            self.say(
+                f"watchdog: pruned {done.sessions} session(s) settled more than "
+                f"{self.retain_s:g} s ago ({done.events} event(s))"
+            )
+        return done
 
     async def act(self, findings: list[Finding], *, dry_run: bool | None = None) -> list[Recovery]:
         """Recover what can be (one action per session or process), report the rest.

@@ -19,6 +19,7 @@ from turnwatch.cli.common import (
     PinnedOpt,
     config,
     console,
+    duration,
     err,
     exporter_config,
     fail,
@@ -83,6 +84,16 @@ def watch(
             help="With --agents: also keep each tool call's arguments (they may hold secrets).",
         ),
     ] = False,
+    retain: Annotated[
+        str | None,
+        typer.Option(
+            "--retain",
+            metavar="DURATION",
+            help="Prune the sessions settled longer ago than this (30d, 12h), at start and "
+            "every 10 min; never one processing, with an open finding or a live process. "
+            "Off unless given.",
+        ),
+    ] = None,
 ) -> None:
     """The watchdog: scan every --interval and recover what it finds.
 
@@ -96,6 +107,7 @@ def watch(
     seconds("--grace", grace)
     seconds("--pinned-after", pinned_after)
     seconds("--overdue-after", overdue_after)
+    retain_s = duration("--retain", retain) if retain is not None else None
     recover = (not once) if recover is None else recover
     path = ledger_path(ledger)
     if (once and not agents) or path.exists():
@@ -122,6 +134,7 @@ def watch(
                     metrics_addr=metrics_addr,
                     say=say,
                     agents=follow,
+                    retain_s=retain_s,
                 )
         except (ValueError, OSError, LedgerError) as exc:
             raise fail(str(exc)) from None
@@ -134,6 +147,7 @@ def watch(
             dry_run=dry_run,
             say=say,
             agents=follow,
+            retain_s=retain_s,
         )
     actions = {id(a.finding): a for a in cycle.actions}
     rows = []

@@ -1,0 +1,205 @@
+"""Retention of the ledger: the rows of sessions settled before a horizon, deleted.
+
+Never a session that is processing (it can still be pinned), one the caller keeps (an open
+finding, a recorded process alive), or one with a call whose processes may still live. Deletes
+run in small transactions (:data:`BATCH_SESSIONS` sessions each, a few milliseconds), each
+re-checking its sessions under the write lock: the runtime's writer thread or ``ingest --follow``
+writing the same file waits for one batch at most, and a session that came back to life since
+it was chosen is kept. A ledger created with ``auto_vacuum=INCREMENTAL`` (every new one) gives
+the pages back to the file system as it goes; an older one is converted by :func:`vacuum`.
+
+The ``ingested`` table's keys are kept (about 50 bytes per ingested event): a file ingested
+again after its sessions were pruned adds nothing twice.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from turnwatch.tracing.ledger_file import LedgerError
+
+__all__ = ["BATCH_SESSIONS", "Pruned", "file_bytes", "holders", "prune", "vacuum"]
+
+#: Sessions deleted per transaction: a few milliseconds of the write lock each.
+BATCH_SESSIONS = 100
+#: Pages given back per batch (``PRAGMA incremental_vacuum``), so each lock stays short.
+VACUUM_PAGES = 2000
+
+_ELIGIBLE = (
+    "SELECT session FROM sessions WHERE processing = 0 AND last_ts < ? "
+    "AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.session = sessions.session "
+    "AND c.procs_live = 1)"
+)
+
+
+@dataclass
+class Pruned:
+    """What a prune deleted (or, dry, would delete)."""
+
+    horizon: float
+    dry_run: bool
+    sessions: int = 0
+    calls: int = 0
+    events: int = 0
+    #: Sessions old enough but kept, and why (``keep``: the caller's, e.g. an open finding).
+    kept: dict[str, int] = field(default_factory=dict)
+    freed_bytes: int = 0
+    took_s: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "horizon": self.horizon,
+            "dry_run": self.dry_run,
+            "sessions": self.sessions,
+            "calls": self.calls,
+            "events": self.events,
+            "kept": dict(self.kept),
+            "freed_bytes": self.freed_bytes,
+            "took_s": round(self.took_s, 3),
+        }
+
+
+def prune(
+    conn: sqlite3.Connection,
+    horizon: float,
+    *,
+    keep: Collection[str] = (),
+    dry_run: bool = False,
+) -> Pruned:
+    """Delete the rows of every session settled before ``horizon`` (Unix seconds) but those in
+    ``keep``; ``conn`` is a writer's connection (:func:`~turnwatch.tracing.ledger_file.connect`,
+    autocommit)."""
+    started = time.perf_counter()
+    out = Pruned(horizon, dry_run)
+    out.kept = _kept(conn, horizon, keep)
+    chosen = [r[0] for r in conn.execute(_ELIGIBLE, (horizon,)) if r[0] not in keep]
+    if dry_run:
+        for i in range(0, len(chosen), BATCH_SESSIONS):
+            part = chosen[i : i + BATCH_SESSIONS]
+            marks = ",".join("?" * len(part))
+            out.sessions += len(part)
+            out.calls += _count(
+                conn, f"SELECT count(*) FROM calls WHERE session IN ({marks})", part
+            )
+            out.events += _count(
+                conn, f"SELECT count(*) FROM events WHERE session IN ({marks})", part
+            )
+        out.took_s = time.perf_counter() - started
+        return out
+    before = file_bytes(conn)
+    for i in range(0, len(chosen), BATCH_SESSIONS):
+        _delete(conn, chosen[i : i + BATCH_SESSIONS], horizon, out)
+    out.freed_bytes = max(before - file_bytes(conn), 0)
+    out.took_s = time.perf_counter() - started
+    return out
+
+
+def _delete(conn: sqlite3.Connection, part: list[str], horizon: float, out: Pruned) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        marks = ",".join("?" * len(part))
+        # Again under the lock: a session that came back to life since it was chosen stays.
+        still = [
+            r[0]
+            for r in conn.execute(
+                f"{_ELIGIBLE} AND session IN ({marks})",
+                (horizon, *part),
+            )
+        ]
+        if still:
+            marks = ",".join("?" * len(still))
+            out.events += conn.execute(
+                f"DELETE FROM events WHERE session IN ({marks})", still
+            ).rowcount
+            out.calls += conn.execute(
+                f"DELETE FROM calls WHERE session IN ({marks})", still
+            ).rowcount
+            out.sessions += conn.execute(
+                f"DELETE FROM sessions WHERE session IN ({marks})", still
+            ).rowcount
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    # Its own short transaction, run to its end: execute() would step this PRAGMA once, and
+    # each step frees one page.
+    conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES});")
+
+
+def _kept(conn: sqlite3.Connection, horizon: float, keep: Collection[str]) -> dict[str, int]:
+    old = "FROM sessions WHERE last_ts < ?"
+    kept = {
+        "processing": _count(conn, f"SELECT count(*) {old} AND processing = 1", [horizon]),
+        "processes_live": _count(
+            conn,
+            f"SELECT count(*) {old} AND processing = 0 AND EXISTS (SELECT 1 FROM calls c "
+            "WHERE c.session = sessions.session AND c.procs_live = 1)",
+            [horizon],
+        ),
+    }
+    if keep:
+        ids = sorted(keep)
+        n = 0
+        for i in range(0, len(ids), 900):
+            part = ids[i : i + 900]
+            n += _count(
+                conn,
+                f"SELECT count(*) {old} AND processing = 0 AND session IN "
+                f"({','.join('?' * len(part))})",
+                [horizon, *part],
+            )
+        kept["open_finding"] = n
+    return {k: v for k, v in kept.items() if v}
+
+
+def _count(conn: sqlite3.Connection, sql: str, args: Sequence[object]) -> int:
+    return int(conn.execute(sql, args).fetchone()[0])
+
+
+def file_bytes(conn: sqlite3.Connection) -> int:
+    """The ledger's size as SQLite counts it (pages in use and free)."""
+    (pages,) = conn.execute("PRAGMA page_count").fetchone()
+    (size,) = conn.execute("PRAGMA page_size").fetchone()
+    return int(pages) * int(size)
+
+
+def vacuum(conn: sqlite3.Connection, path: Path) -> float:
+    """Convert an existing ledger to ``auto_vacuum=INCREMENTAL`` (a full ``VACUUM``: it rewrites
+    the file, needs about its size free beside it, and holds the write lock throughout: writers
+    wait, then retry). Returns the seconds it took. Raises :class:`LedgerError` when the file
+    system lacks the room."""
+    size = file_bytes(conn)
+    free = shutil.disk_usage(path.parent).free
+    if free < size * 1.1:
+        raise LedgerError(
+            f"{path}: vacuum needs about {size / 1e6:.0f} MB free beside the file, "
+            f"{free / 1e6:.0f} MB is"
+        )
+    started = time.perf_counter()
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    conn.execute("VACUUM")
+    return time.perf_counter() - started
+
+
+def holders(path: Path) -> list[str]:
+    """The processes that have ``path`` open (``pid name``): who holds a locked ledger."""
+    want = {str(path), f"{path}-wal", f"{path}-shm"}
+    out = []
+    me = os.getpid()
+    for p in psutil.process_iter(["pid", "name"]):
+        if p.info["pid"] == me:
+            continue
+        try:
+            if any(f.path in want for f in p.open_files()):
+                out.append(f"{p.info['pid']} {p.info['name']}")
+        except psutil.Error:
+            continue
+    return out
