@@ -18,6 +18,7 @@ from benchmarks import (
     instructions,
     integrations,
     modes,
+    soak,
     startup,
     stops,
     tracing,
@@ -43,6 +44,7 @@ def main() -> None:
         agentlogs.main,
         agentprocs.main,
         instructions.main,
+        soak.main,  # last, and the longest: TURNWATCH_SOAK_SESSIONS sessions (1,000,000)
     ):
         # Each section starts with no garbage of the one before: a full collection of another
         # section's cycles would otherwise land in, say, one of the timed abort walks.

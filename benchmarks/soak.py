@@ -1,0 +1,203 @@
+"""The soak: one runtime with full telemetry (ledger, spans, metrics) serving many sessions into a
+ledger that is pruned as ``watch --retain`` prunes it. At 10 %, 50 % and 100 % it prints RSS,
+the ledger's size, a watchdog scan's time beside the same scan over a ledger holding only the
+same live sessions (its floor), and sessions/s, as ratios first.
+
+    TURNWATCH_SOAK_SESSIONS=1000000 python -m benchmarks.soak   # default 1,000,000
+
+Each session: three turns of a read-only call and an awaited call, the last one stopped; ten
+sessions stay processing throughout (the live set a scan must look at). ``run`` is what the
+scaled test in ``make test`` drives (``tests/test_soak.py``): it returns the counts of what was
+kept, never a time to assert.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import CollectorRegistry
+
+from benchmarks.common import median, table
+from benchmarks.tracing import noop
+from turnwatch.exporters.metrics import StopMetrics
+from turnwatch.runtime import HostResult, LocalHost, Runtime
+from turnwatch.runtime.retention import MAX_SETTLED
+from turnwatch.runtime.tools.context import ToolContext
+from turnwatch.tracing import view
+from turnwatch.tracing.ledger import Ledger, connect
+from turnwatch.tracing.pipeline import Telemetry
+from turnwatch.tracing.prune import prune
+from turnwatch.tracing.spans import SpanBuilder
+from turnwatch.watchdog.scan import scan
+
+LIVE = 10
+#: Pruned this often (in sessions served) with this horizon: what ``watch --retain`` does, sped up.
+PRUNE_EVERY = 5_000
+RETAIN_S = 2.0
+
+
+@dataclass
+class Point:
+    """One checkpoint of the soak."""
+
+    served: int
+    rss: int
+    ledger_bytes: int
+    scan_s: float
+    per_s: float
+    held: int  # sessions the runtime holds
+    rows: int  # sessions the ledger holds
+
+
+@dataclass
+class Soak:
+    points: list[Point] = field(default_factory=list)
+    floor_scan_s: float = 0.0
+
+
+def _scan_s(path: Path) -> float:
+    conn = connect(path, readonly=True)
+    try:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            scan(conn)
+            times.append(time.perf_counter() - t0)
+        return median(times)
+    finally:
+        conn.close()
+
+
+def _bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+async def _session(rt: Runtime, sid: str) -> None:
+    for t in range(3):
+        turn = rt.start_turn(sid)
+        calls = [
+            turn.request("noop", {}, tool_class="read_only"),
+            turn.request("noop", {}, tool_class="mutating"),
+        ]
+        if t == 2:
+            await rt.abort(sid)
+        else:
+            for c in calls:
+                await c.result()
+            await turn.finish()
+
+
+async def _live(rt: Runtime) -> None:
+    for i in range(LIVE):  # processing all through: a turn with an awaited call that never ends
+        turn = rt.start_turn(f"live{i}")
+        turn.request("hang", {}, tool_class="mutating")
+
+
+async def _hang(ctx: ToolContext) -> HostResult:
+    await asyncio.sleep(10**9)
+    raise AssertionError("unreachable")
+
+
+async def run(
+    sessions: int,
+    tmp: Path,
+    *,
+    checkpoints: tuple[float, ...] = (0.1, 0.5, 1.0),
+    prune_every: int = PRUNE_EVERY,
+    retain_s: float = RETAIN_S,
+    max_settled: int = MAX_SETTLED,
+) -> Soak:
+    """Serve ``sessions`` and measure at each fraction of them in ``checkpoints``, pruning the
+    ledger every ``prune_every`` sessions of what settled ``retain_s`` ago."""
+    out = Soak()
+    floor = tmp / "floor.sqlite3"
+    path = tmp / "soak.sqlite3"
+    for where, n in ((floor, 0), (path, sessions)):
+        host = LocalHost(subreaper=False)
+        host.register("noop", noop)
+        host.register("hang", _hang)
+        tel = Telemetry(
+            ledger=Ledger(where),
+            spans=SpanBuilder(TracerProvider().get_tracer("soak")),
+            observers=[StopMetrics(CollectorRegistry())],
+        )
+        assert tel.ledger is not None
+        rt = Runtime(host, sink=tel, max_settled=max_settled)
+        await _live(rt)
+        marks = sorted({max(1, int(sessions * f)) for f in checkpoints}) if n else []
+        started, last, done = time.perf_counter(), 0, 0
+        for i in range(n):
+            await _session(rt, f"s{i}")
+            done = i + 1
+            if done % prune_every == 0:
+                tel.ledger.flush(timeout=600)
+                conn = connect(where)
+                await asyncio.to_thread(prune, conn, time.time() - retain_s)
+                conn.close()
+            if marks and done == marks[0]:
+                marks.pop(0)
+                tel.ledger.flush(timeout=600)
+                now = time.perf_counter()
+                per_s = (done - last) / (now - started)
+                held = len(rt.sessions)
+                look = connect(where, readonly=True)
+                rows = view.count(look)
+                look.close()
+                point = Point(
+                    done,
+                    psutil.Process().memory_info().rss,
+                    _bytes(where),
+                    _scan_s(where),
+                    per_s,
+                    held,
+                    rows,
+                )
+                out.points.append(point)
+                started, last = time.perf_counter(), done
+        tel.ledger.flush(timeout=600)
+        if n == 0:
+            out.floor_scan_s = _scan_s(where)
+        tel.ledger.close()
+    return out
+
+
+def report(soak: Soak) -> str:
+    first = soak.points[0]
+    rows = [
+        [
+            f"{p.served:,}",
+            f"{p.rss / first.rss:.2f}× ({p.rss / 2**20:.0f} MiB)",
+            f"{p.scan_s / soak.floor_scan_s:.2f}× ({p.scan_s * 1e3:.1f} ms; floor "
+            f"{soak.floor_scan_s * 1e3:.1f} ms)",
+            f"{p.ledger_bytes / first.ledger_bytes:.2f}× ({p.ledger_bytes / 2**20:.1f} MiB)",
+            f"{p.per_s:,.0f}",
+            f"{p.held:,} / {p.rows:,}",
+        ]
+        for p in soak.points
+    ]
+    head = [
+        "served",
+        "RSS (vs first)",
+        "scan (vs the live set alone)",
+        "ledger (vs first)",
+        "sessions/s",
+        "held by the runtime / rows in the ledger",
+    ]
+    return "### Soak\n\n" + table(head, rows) + "\n"
+
+
+async def main() -> str:
+    n = int(os.environ.get("TURNWATCH_SOAK_SESSIONS", "1000000"))
+    with tempfile.TemporaryDirectory() as tmp:
+        return report(await run(n, Path(tmp)))
+
+
+if __name__ == "__main__":
+    print(asyncio.run(main()))
