@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.tracing import ledger as ledger_module
 from turnwatch.tracing.ledger import Ledger, connect, read_events
 from turnwatch.tracing.pipeline import Telemetry
+from turnwatch.tracing.spans import SpanBuilder
 
 
 @pytest.fixture
@@ -102,19 +104,29 @@ def test_past_its_bound_the_backlog_drops_the_oldest_and_counts_them(
     assert [ev.ts_unix for ev in written] == [float(i) for i in range(1000, 1500)]  # the newest
 
 
-def test_the_readers_see_each_event_once_across_an_outage(small_fs: Path) -> None:
+@pytest.mark.parametrize("spans", [False, True], ids=["observers", "spans_stamp_them"])
+def test_the_readers_see_each_event_once_across_an_outage(small_fs: Path, spans: bool) -> None:
     """The span builder and the metrics read each event once, however many times the writer had
-    to try it while the disk was full (each failed try folded and read it again)."""
+    to try it while the disk was full (each failed try folded and read it again). With the span
+    builder, each event is read as a new, stamped one: it is still read once, and what the
+    writer kept of it is gone once it is written (it grew with every event)."""
     seen: list[float] = []
     ledger = Ledger(small_fs / "ledger.sqlite3")
-    Telemetry(ledger=ledger, observers=[lambda ev: seen.append(ev.ts_unix)])
+    builder = SpanBuilder(TracerProvider().get_tracer("t")) if spans else None
+    Telemetry(ledger=ledger, spans=builder, observers=[lambda ev: seen.append(ev.ts_unix)])
+    started = [
+        Event(names.TOOL_REQUESTED, "s", -2.0, turn="t", call="c", tool="Read"),
+        Event(names.TOOL_STARTED, "s", -1.0, turn="t", call="c", tool="Read"),
+    ]
     try:
+        ledger.extend(started)  # the call's span: its events are stamped with its ids
         assert ledger.flush(timeout=10)
         fill(small_fs / "filler")
         ledger.extend(events(1500))
         assert not ledger.flush(timeout=3.0)  # tried and failed, more than once
         subprocess.run(["mount", "-o", "remount,size=16m", str(small_fs)], check=True)
         assert ledger.flush(timeout=20)
+        assert len(ledger._read) == 0  # noqa: SLF001 - nothing kept once written
     finally:
         ledger.close()
-    assert seen == [float(i) for i in range(1500)]
+    assert seen == [-2.0, -1.0, *(float(i) for i in range(1500))]

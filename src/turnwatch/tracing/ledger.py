@@ -397,10 +397,13 @@ class Ledger:
         stages = self.stages
 
         def read(st: Step) -> Event:
-            done = staged.get(id(st.ev))
+            # By the event as enqueued: reading replaces st.ev with its stamped copy (and the
+            # right-hand side of an assignment runs before its subscript).
+            key = id(st.ev)
+            done = staged.get(key)
             if done is None:
                 assert stages is not None
-                done = staged[id(st.ev)] = stages.on_step(st)
+                done = staged[key] = stages.on_step(st)
             return done
 
         if file_id(self.path) != self._file and not self._reopen():
