@@ -95,9 +95,9 @@ async def _session(rt: Runtime, sid: str) -> None:
 
 
 async def _live(rt: Runtime) -> None:
-    for i in range(LIVE):  # processing all through: a turn with an awaited call that never ends
+    for i in range(LIVE):  # processing all through: a turn with a call that never answers
         turn = rt.start_turn(f"live{i}")
-        turn.request("hang", {}, tool_class="mutating")
+        turn.request("hang", {}, tool_class="read_only")
 
 
 async def _hang(ctx: ToolContext) -> HostResult:
@@ -164,6 +164,8 @@ async def run(
         tel.ledger.flush(timeout=600)
         if n == 0:
             out.floor_scan_s = _scan_s(where)
+        for i in range(LIVE):  # released (raced and discarded) before the ledger closes
+            await rt.abort(f"live{i}")
         tel.ledger.close()
     return out
 

@@ -124,7 +124,7 @@ function row(s) {
     el("td", {}, el("span", { class: `state state-${s.state}` }, s.state)),
     el("td", {}, ago(s.since)),
     el("td", {}, s.turn ?? ""),
-    el("td", {}, s.mode ?? ""),
+    el("td", {}, s.mode ?? s.source ?? ""),
     el("td", {}, running ? `${running} running of ${s.calls.length}` : `${s.calls.length}`),
     el("td", {}, s.findings.join(", ")),
     el("td", { class: "stop-to-idle" }, ms(stopToIdle.get(s.session))),

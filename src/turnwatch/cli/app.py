@@ -7,6 +7,8 @@ Heavy imports (the OpenTelemetry SDK, psutil) happen inside the commands, so ``-
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from turnwatch.cli.commands import (
@@ -27,11 +29,28 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    # Help as wide as the terminal (click stops at 80): a wide one shows whole summaries.
+    context_settings={"max_content_width": 200},
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from turnwatch import __version__
+
+        typer.echo(f"turnwatch {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """turnwatch: a user stop that preserves tool side-effect boundaries, and proof it did."""
 
 

@@ -31,6 +31,16 @@ LedgerOpt = Annotated[
         readable=False,  # checked by the ledger itself, which says what is wrong in one line
     ),
 ]
+#: ``demo``'s: without it, the demo makes a temporary ledger (and removes it).
+DemoLedgerOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--ledger",
+        help="Keep the demo's events in this ledger file [default: a temporary one].",
+        show_default=False,
+        readable=False,
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 AddrOpt = Annotated[str, typer.Option("--metrics-addr", help="HOST:PORT of /metrics.")]
 

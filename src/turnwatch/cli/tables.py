@@ -116,16 +116,24 @@ _STATE_STYLE = {
 }
 
 
+def age(seconds: float) -> str:
+    """A span people read at a glance: ``12 s``, ``4 min 5 s``, ``3 h 12 min``, ``237 d``
+    (never ``5684h 11m``)."""
+    secs = max(0, int(seconds))
+    if secs < 60:
+        return f"{secs} s"
+    if secs < 3600:
+        return f"{secs // 60} min {secs % 60} s"
+    if secs < 2 * 86_400:
+        return f"{secs // 3600} h {secs % 3600 // 60} min"
+    return f"{secs // 86_400} d"
+
+
 def ago(ts: float | None, now: float | None = None) -> str:
-    """``3m 12s ago`` style."""
+    """``3 h 12 min ago`` style (see :func:`age`); ``-`` for no time."""
     if ts is None:
         return "-"
-    secs = max(0, int((now or time.time()) - ts))
-    if secs < 60:
-        return f"{secs}s ago"
-    if secs < 3600:
-        return f"{secs // 60}m {secs % 60:02d}s ago"
-    return f"{secs // 3600}h {secs % 3600 // 60:02d}m ago"
+    return f"{age((now or time.time()) - ts)} ago"
 
 
 def sessions_table(console: Console, rows: list[SessionView]) -> None:
@@ -143,7 +151,7 @@ def sessions_table(console: Console, rows: list[SessionView]) -> None:
             f"[{style}]{r.state}[/]",
             r.turn or "-",
             ago(r.since),
-            r.mode or "unknown",
+            r.mode or r.source or "unknown",
             str(r.live_processes) if r.live_processes else "-",
             ", ".join([*r.findings, *gap_words(r)]) or "-",
         )

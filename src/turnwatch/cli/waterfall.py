@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnwatch import names
-from turnwatch.cli.tables import seconds
+from turnwatch.cli.tables import age, seconds
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold, Move
 from turnwatch.runtime.model import FindingKind, SessionStatus, ToolClass
@@ -202,16 +202,11 @@ def _offset(x: float) -> str:
     return ("+" if x >= 0 else "-") + seconds(abs(x))
 
 
-def _ago(s: float) -> str:
-    s = max(0, int(s))
-    return f"{s // 60} m {s % 60} s" if s >= 60 else f"{s} s"
-
-
 def _reason(f: Finding, now: float, cfg: Config) -> str:
     if f.kind == FindingKind.ABORTED_WITH_LIVE_PROCESS:
         late = now - (f.since or now) - cfg.grace_s
         return (
-            f"{f.tool} pid {f.pid} still alive {_ago(late)} after the grace window; "
+            f"{f.tool} pid {f.pid} still alive {age(late)} after the grace window; "
             "it ignores SIGTERM"
         )
     if f.cgroup is not None or f.lingering:
@@ -219,7 +214,7 @@ def _reason(f: Finding, now: float, cfg: Config) -> str:
     if f.kind == FindingKind.ORPHAN_TOOL_PROCESS:
         return f"{f.tool} pid {f.pid} outlived its runtime, which is gone"
     if f.kind == FindingKind.PINNED_SESSION:
-        return f'the session is pinned "processing" for {_ago(now - (f.since or now))}: {f.detail}'
+        return f'the session is pinned "processing" for {age(now - (f.since or now))}: {f.detail}'
     if f.kind == FindingKind.ABORT_RPC_STUCK:
         return f"agent.abort never returned: {f.detail}"
     if f.kind == FindingKind.AWAIT_OVERDUE:
@@ -248,8 +243,9 @@ def _bar(t: ToolRow, total: float, width: int = BAR_WIDTH) -> Text:
 def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
     """The waterfall, the steps, the reasons and the recover command."""
     total = max(ex.total, 1e-6)
+    stopped = ex.stop_at is not None
     head = Text.assemble(
-        ("Stop of turn ", "bold"),
+        ("Stop of turn " if stopped else "Turn ", "bold"),
         (ex.turn, "bold cyan"),
         ("  session ", ""),
         (ex.session, "cyan"),
@@ -261,11 +257,13 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         tree.append(Text.assemble(("nested run of session ", "dim"), (ex.parent, "cyan")))
     if ex.children:
         tree.append(Text.assemble(("nested runs: ", "dim"), (", ".join(ex.children), "cyan")))
-    steps = Table(box=None, show_header=True, pad_edge=False)
+    walk = Table(box=None, show_header=True, pad_edge=False)
     for col in ("offset", "step", ""):
-        steps.add_column(col)
+        walk.add_column(col)
     for off, label, detail in ex.steps:
-        steps.add_row(_offset(off), label, Text(detail, style="dim"))
+        walk.add_row(_offset(off), label, Text(detail, style="dim"))
+    # No stop's steps to draw: say so (the calls are timed from the turn's start).
+    steps = walk if stopped else Text("never stopped: no stop reached this turn", style="dim")
     # At 80 columns the class and the containment go (the policy says what a stop did), and the
     # bar narrows; nothing a reader needs is cut to an ellipsis.
     wide = console.width >= WIDE

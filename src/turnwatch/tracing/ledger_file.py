@@ -128,20 +128,12 @@ def connect(
         raise LedgerError(f"{path}: is a directory, not a ledger file")
     try:
         if readonly:
-            if not path.exists():
-                raise LedgerError(f"{path}: no ledger here (set --ledger or $TURNWATCH_LEDGER)")
-            with open(path, "rb"):  # unreadable: say so plainly, before SQLite's words for it
-                pass
-            conn = _open_readonly(path, busy_timeout_s)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
-            )
+            return _look(path, busy_timeout_s)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
+        )
         conn.row_factory = sqlite3.Row
-        if readonly:
-            _check(conn, path, readonly=True)
-            return conn
         try:
             _check(conn, path, readonly=False)  # before the WAL switch below changes the file
         except LedgerError:
@@ -197,6 +189,27 @@ def _unwritable(path: Path) -> str | None:
         if where.exists() and not os.access(where, os.W_OK):
             return f"{where} is not writable"
     return None
+
+
+def _look(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """A checked read-only connection. A file it cannot use (truncated, corrupt, foreign) is
+    left as it was found: the ``-wal`` and ``-shm`` SQLite made beside it to look are removed
+    (looking changes no file)."""
+    if not path.exists():
+        raise LedgerError(f"{path}: no ledger here (set --ledger or $TURNWATCH_LEDGER)")
+    with open(path, "rb"):  # unreadable: say so plainly, before SQLite's words for it
+        pass
+    beside = [p for p in (Path(f"{path}-wal"), Path(f"{path}-shm")) if not p.exists()]
+    conn = _open_readonly(path, busy_timeout_s)
+    try:
+        conn.row_factory = sqlite3.Row
+        _check(conn, path, readonly=True)
+    except BaseException:
+        conn.close()
+        for made in beside:
+            made.unlink(missing_ok=True)
+        raise
+    return conn
 
 
 def _open_readonly(path: Path, busy_timeout_s: float) -> sqlite3.Connection:

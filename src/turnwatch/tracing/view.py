@@ -89,6 +89,8 @@ class SessionView:
     #: Events of the session the ledger lost (``ledger.gap``), and the last lost one's time.
     gap_lost: int = 0
     gap_ts: float | None = None
+    #: Who wrote it when no runtime mode says (an agent CLI: ``claude-code``); see :func:`producer`.
+    source: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +101,7 @@ class SessionView:
             "findings": list(self.findings),
             "live_processes": self.live_processes,
             "mode": self.mode,
+            "source": self.source,
             "runtime_pid": self.runtime_pid,
             "stop_ts": self.stop_ts,
             "settled_ts": self.settled_ts,

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from turnwatch.cli.common import (
+    DemoLedgerOpt,
     JsonOpt,
-    LedgerOpt,
     console,
     err,
     exporter_config,
@@ -22,7 +22,7 @@ from turnwatch.cli.common import (
 
 def demo(
     grace: Annotated[float, typer.Option(help="Grace window for process tools, seconds.")] = 2.0,
-    ledger: LedgerOpt = None,
+    ledger: DemoLedgerOpt = None,
     as_json: JsonOpt = False,
     serve_metrics: Annotated[
         str | None,

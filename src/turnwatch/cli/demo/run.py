@@ -33,6 +33,8 @@ def run(
     fails at once, not after the demo) until Ctrl-C after it, while the ledger still exists:
     the live gauges read it at every scrape.
     """
+    if serve_addr is not None:
+        http.parse_addr(serve_addr)  # a bad address is refused before any file is made
     with tempfile.TemporaryDirectory(prefix="turnwatch-demo-") as tmp:
         path = ledger or Path(tmp) / "ledger.sqlite3"
         wiring = wire(path)

@@ -152,16 +152,26 @@ async def watchdog_recovers(
     return False
 
 
-def leftovers() -> list[int]:
-    """Live processes that carry a demo call's marker: there must be none at the end."""
+def leftovers(events: list[Event], since: float) -> list[int]:
+    """Live processes of this run's calls: each carries the marker of a call this run started
+    (its session and call id, the run's own) and started after the run began. Another
+    process that merely says ``TURNWATCH_CALL=demo-…`` is not the demo's."""
+    markers = {
+        f"{CALL_MARKER}={e.session}/{e.call}".encode()
+        for e in events
+        if e.kind == names.TOOL_STARTED and e.call is not None
+    }
+    table = ProcessTable.scan()
     out = []
-    for pid in ProcessTable.scan().procs:
+    for pid, proc in table.procs.items():
+        if proc.zombie or proc.create_time < since:
+            continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = fh.read()
+                env = set(fh.read().split(b"\0"))
         except OSError:
             continue
-        if f"{CALL_MARKER}=demo-".encode() in env:
+        if env & markers:
             out.append(pid)
     return out
 
@@ -210,6 +220,7 @@ async def _scenario(
         "demo-adr: a long Grep, a Bash that ignores SIGTERM, a Write awaiting permission, "
         "an image render, a Write in progress"
     )
+    began = time.time() - 1.0  # the processes of this run start after this (create times: ticks)
     # Turn (and so call) ids unique to this run: a second demo into the same --ledger adds a
     # turn to each session instead of merging its calls into the first run's.
     run = f"{os.getpid():x}{int(time.time() * 1000) % 0xFFFF:04x}"
@@ -263,7 +274,7 @@ async def _scenario(
         settled = _first(memory.events, partial(_is_settled, sess))
         report.settle_s[sess] = _span(_stop_of(memory.events, sess), settled) or 0.0
         report.modes[sess] = rt.mode.value
-    report.leftover_pids = leftovers()
+    report.leftover_pids = leftovers(memory.events, began)
     report.events = memory.events
     return report
 

@@ -1,0 +1,104 @@
+"""Triage that tells the truth (#29): a turn never stopped is drawn as one, ages read at a
+glance, an agent CLI's session names its CLI, a recorded process alive counts as live, the
+demo counts only its own leftovers, and looking or refusing changes no file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import Procs, turnwatch
+from tests.watchdog.helpers import Recorder
+from turnwatch.cli.demo.scenario import leftovers
+from turnwatch.cli.tables import age
+from turnwatch.runtime.events import Event
+from turnwatch.runtime.tools.proctree import CALL_MARKER
+
+
+def test_ages_read_at_a_glance() -> None:
+    assert [age(s) for s in (12, 245, 11_520, 20_462_400)] == [
+        "12 s",
+        "4 min 5 s",
+        "3 h 12 min",
+        "236 d",
+    ]
+
+
+def test_a_turn_never_stopped_is_not_drawn_as_a_stop(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    rec("turn.started", turn="s.t1", ago=5)
+    rec("tool.requested", turn="s.t1", call="s.c1", tool="Read", ago=5)
+    rec(
+        "tool.finished",
+        turn="s.t1",
+        call="s.c1",
+        tool="Read",
+        ago=4,
+        attrs={"outcome": "completed"},
+    )
+    rec("turn.settled", turn="s.t1", ago=4, attrs={"outcome": "completed"})
+    rec.close()
+    told = turnwatch("explain", "s", "--ledger", str(path), env={"COLUMNS": "120"})
+    assert told.returncode == 0, told.stderr
+    assert "Stop of turn" not in told.stdout
+    assert "never stopped" in told.stdout
+
+
+def test_an_agent_clis_session_names_its_cli_and_a_live_recorded_pid_counts(
+    tmp_path: Path, procs: Procs
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    sleeper = procs.spawn(["sleep", "60"])
+    rec = Recorder(path)
+    rec("runtime.started", "cli", 30, attrs={"source": "claude-code"})
+    rec("turn.started", "cli", 30, turn="cli.t1")
+    rec("tool.requested", "cli", 30, turn="cli.t1", call="b", tool="Bash")
+    rec.started_call(sleeper.pid, sleeper.create_time(), session="cli", ago=29)
+    rec.close()
+    shown = turnwatch("sessions", "--json", "--ledger", str(path))
+    (row,) = [r for r in json.loads(shown.stdout) if r["session"] == "cli"]
+    assert row["source"] == "claude-code"
+    assert row["live_processes"] == 1
+    table = turnwatch("sessions", "--ledger", str(path), env={"COLUMNS": "160"})
+    assert "claude-code" in table.stdout
+
+
+def test_the_demo_counts_only_its_own_leftovers(procs: Procs) -> None:
+    ours = procs.spawn(["sleep", "60"], env={**os.environ, CALL_MARKER: "demo-adr/demo-adr.r.c1"})
+    stranger = procs.spawn(["sleep", "60"], env={**os.environ, CALL_MARKER: "demo-x"})
+    started = [Event("tool.started", "demo-adr", 1.0, turn="demo-adr.r", call="demo-adr.r.c1")]
+    since = min(p.create_time() for p in (ours, stranger)) - 1
+    assert leftovers(started, since) == [ours.pid]
+    assert stranger.pid not in leftovers(started, since)
+    assert leftovers(started, psutil.Process().create_time() + 10**6) == []  # older: not ours
+
+
+def test_looking_at_a_truncated_ledger_and_a_refused_demo_change_no_file(tmp_path: Path) -> None:
+    whole = tmp_path / "whole.sqlite3"
+    rec = Recorder(whole)
+    for i in range(200):
+        rec("turn.started", f"s{i}", turn=f"s{i}.t1")
+    rec.close()
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.sqlite3"
+    cut.write_bytes(data[: len(data) // 2])
+    before = sorted(os.listdir(tmp_path))
+    looked = turnwatch("sessions", "--ledger", str(cut))
+    assert looked.returncode == 2
+    assert sorted(os.listdir(tmp_path)) == before  # no -wal, no -shm beside it
+    refused = turnwatch("demo", "--ledger", str(tmp_path / "new.sqlite3"), "--serve-metrics", "x")
+    assert refused.returncode == 2
+    assert sorted(os.listdir(tmp_path)) == before  # the bad address refused before any file
+
+
+def test_version_and_the_demos_own_ledger_default() -> None:
+    done = turnwatch("--version")
+    assert done.returncode == 0
+    assert done.stdout.startswith("turnwatch ")
+    helped = turnwatch("demo", "--help")
+    assert "a temporary one" in helped.stdout
+    assert "$TURNWATCH_LEDGER" not in helped.stdout
