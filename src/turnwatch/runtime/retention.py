@@ -14,6 +14,7 @@ README says what is then no longer checked.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ from dataclasses import dataclass
 RETAIN_SETTLED_S = 600.0
 #: At most this many settled sessions are kept; past it, the oldest go first.
 MAX_SETTLED = 10_000
-#: At most this many evicted sessions' tombstones are kept; past it, the oldest go first.
-MAX_TOMBSTONES = 1_000_000
+#: At most this many evicted sessions' tombstones are kept (ten times the settled sessions kept,
+#: about 250 B each); past it, the oldest go first. A million of them weighed about 1 GB, and a
+#: runtime's memory grew with every session it had ever served until it reached that (the soak).
+MAX_TOMBSTONES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +36,12 @@ class Tombstone:
 
     turns: int
     last_turn: str | None
-    used: frozenset[int]
+    #: The hashes, packed (8 bytes each: a set of ints costs about 60 bytes an id).
+    used: bytes
 
     def used_id(self, kind: str, ident: str) -> bool:
         """True if the session used this turn (``kind`` ``t``) or call (``c``) id."""
-        return hash((kind, ident)) in self.used
+        return hash((kind, ident)) in memoryview(self.used).cast("q")
 
 
 def tombstone(
@@ -48,8 +52,8 @@ def tombstone(
     used = {hash(("t", t)) for t in turn_ids} | {hash(("c", c)) for c in calls}
     before = past.turns if past is not None else 0
     if past is not None:
-        used |= past.used
-    return Tombstone(before + len(turn_ids), last_turn, frozenset(used))
+        used.update(memoryview(past.used).cast("q"))
+    return Tombstone(before + len(turn_ids), last_turn, array("q", sorted(used)).tobytes())
 
 
 class Retention:

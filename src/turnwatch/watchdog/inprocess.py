@@ -12,7 +12,7 @@ from turnwatch.runtime.model import FindingKind
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.watchdog.scan import Action, Config, Finding
 
-__all__ = ["runtime_findings"]
+__all__ = ["merged", "runtime_findings"]
 
 _WALKED = (FindingKind.PINNED_SESSION, FindingKind.ABORT_RPC_STUCK)
 
