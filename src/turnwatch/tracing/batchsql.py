@@ -75,3 +75,17 @@ def check(conn: sqlite3.Connection) -> str | None:
             "turnwatch needs a build with them (the default since SQLite 3.38)"
         )
     return None
+
+
+#: Values bound per ``IN (...)``: under SQLite's oldest default bound on parameters (999).
+IN_CHUNK = 900
+
+
+def select_in(
+    conn: sqlite3.Connection, sql: str, values: Sequence[Any], *, before: Sequence[Any] = ()
+) -> Iterator[Any]:
+    """The rows of ``sql`` for every value in ``values``: ``sql`` holds one ``{marks}`` where
+    ``IN ({marks})`` takes a chunk of them (``before``: parameters bound ahead of each chunk)."""
+    for i in range(0, len(values), IN_CHUNK):
+        part = list(values[i : i + IN_CHUNK])
+        yield from conn.execute(sql.format(marks=",".join("?" * len(part))), [*before, *part])

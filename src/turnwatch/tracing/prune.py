@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.ledger_file import LedgerError
 
 __all__ = ["BATCH_SESSIONS", "Pruned", "file_bytes", "holders", "prune", "vacuum"]
@@ -146,17 +147,10 @@ def _kept(conn: sqlite3.Connection, horizon: float, keep: Collection[str]) -> di
         ),
     }
     if keep:
-        ids = sorted(keep)
-        n = 0
-        for i in range(0, len(ids), 900):
-            part = ids[i : i + 900]
-            n += _count(
-                conn,
-                f"SELECT count(*) {old} AND processing = 0 AND session IN "
-                f"({','.join('?' * len(part))})",
-                [horizon, *part],
-            )
-        kept["open_finding"] = n
+        sql = f"SELECT count(*) {old} AND processing = 0 AND session IN ({{marks}})"
+        kept["open_finding"] = sum(
+            int(r[0]) for r in select_in(conn, sql, sorted(keep), before=[horizon])
+        )
     return {k: v for k, v in kept.items() if v}
 
 

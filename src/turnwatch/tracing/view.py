@@ -13,6 +13,7 @@ from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import CALL_COLUMNS, CallState, SessionState
 from turnwatch.runtime.model import SessionStatus
 from turnwatch.tracing import codec
+from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.ledger import read_events
 
 #: A stop whose ``agent.abort`` is still pending after this long pins the session.
@@ -243,13 +244,11 @@ def sessions(
     if with_calls and out:
         by = {(s.session, s.turn): s for s in out}
         ids = [s.session for s in out]
-        for i in range(0, len(ids), 900):  # SQLite's bound on parameters
-            part = ids[i : i + 900]
-            q = f"SELECT * FROM calls WHERE session IN ({','.join('?' * len(part))}) ORDER BY rowid"
-            for r in conn.execute(q, part):  # the primary key, (session, call); in their order
-                sv = by.get((r["session"], r["turn"]))
-                if sv is not None:
-                    sv.calls.append(call_view(r))
+        q = "SELECT * FROM calls WHERE session IN ({marks}) ORDER BY rowid"
+        for r in select_in(conn, q, ids):  # the primary key, (session, call); in their order
+            sv = by.get((r["session"], r["turn"]))
+            if sv is not None:
+                sv.calls.append(call_view(r))
     return out
 
 

@@ -32,6 +32,7 @@ from turnwatch import names
 from turnwatch.runtime.events import Event, EventSink
 from turnwatch.runtime.model import FindingKind, ToolClass
 from turnwatch.runtime.procfs import Proc, ProcessTable
+from turnwatch.tracing.batchsql import select_in
 from turnwatch.watchdog.agentmatch import (
     CLI_NAMES,
     cwd_of,
@@ -169,17 +170,16 @@ class Attributor:
         """What an earlier run recorded: never recorded twice, and their ends still seen."""
         self._loaded = True
         ids = [w.session for w in watched]
-        for i in range(0, len(ids), 900):
-            part = ids[i : i + 900]
-            for r in conn.execute(
-                "SELECT session, turn, call, tool, pid, create_time, ended_ts FROM calls "
-                f"WHERE pid IS NOT NULL AND session IN ({','.join('?' * len(part))})",
-                part,
-            ):
-                key = (r["pid"], r["create_time"])
-                self._seen.add(key)
-                if r["ended_ts"] is None:
-                    self._mine[key] = (r["session"], r["turn"], r["call"], r["tool"])
+        for r in select_in(
+            conn,
+            "SELECT session, turn, call, tool, pid, create_time, ended_ts FROM calls "
+            "WHERE pid IS NOT NULL AND session IN ({marks})",
+            ids,
+        ):
+            key = (r["pid"], r["create_time"])
+            self._seen.add(key)
+            if r["ended_ts"] is None:
+                self._mine[key] = (r["session"], r["turn"], r["call"], r["tool"])
 
     # --- the CLI ---
 

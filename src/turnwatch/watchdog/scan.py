@@ -16,6 +16,7 @@ from turnwatch.runtime import cgroup
 from turnwatch.runtime.model import DEFAULT_GRACE_S, FindingKind, Policy, SessionStatus
 from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.tracing import view
+from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.view import CallView, SessionView, Thresholds
 
 SLACK_S = 2.0
@@ -172,33 +173,27 @@ def _recorded_processes(
     out: list[Finding] = []
     live = sorted(table.procs)
     # Recorded tool processes that may still run: only pids alive now, found via the index.
-    candidates: list[tuple[str, CallView]] = []
-    for i in range(0, len(live), 900):
-        part = live[i : i + 900]
-        candidates += [
-            (r["session"], view.call_view(r))
-            for r in conn.execute(
-                "SELECT * FROM calls WHERE reaped_ts IS NULL AND pid IN "
-                f"({','.join('?' * len(part))})",
-                part,
-            )
-        ]
+    candidates = [
+        (r["session"], view.call_view(r))
+        for r in select_in(
+            conn, "SELECT * FROM calls WHERE reaped_ts IS NULL AND pid IN ({marks})", live
+        )
+    ]
     # Their sessions' runtimes, by primary key: not every session the ledger ever held.
     runtimes: dict[str, tuple[Any, Any, Any, Any]] = {}
     wanted = sorted({session for session, _c in candidates})
-    for i in range(0, len(wanted), 900):
-        ids = wanted[i : i + 900]
-        for r in conn.execute(
-            "SELECT session, runtime_pid, runtime_create_time, turn, stop_ts FROM sessions "
-            f"WHERE session IN ({','.join('?' * len(ids))})",
-            ids,
-        ):
-            runtimes[r["session"]] = (
-                r["runtime_pid"],
-                r["runtime_create_time"],
-                r["turn"],
-                r["stop_ts"],
-            )
+    for r in select_in(
+        conn,
+        "SELECT session, runtime_pid, runtime_create_time, turn, stop_ts FROM sessions "
+        "WHERE session IN ({marks})",
+        wanted,
+    ):
+        runtimes[r["session"]] = (
+            r["runtime_pid"],
+            r["runtime_create_time"],
+            r["turn"],
+            r["stop_ts"],
+        )
     for session, c in candidates:
         if c.cgroup is not None or not table.alive(c.pid, c.create_time):
             continue  # a cgroup call is judged by its cgroup, below
