@@ -270,10 +270,18 @@ async def test_a_runtime_killed_mid_grace_leaves_the_watchdog_its_window_not_a_n
         grace_s=3.0,
     )
     wait_until(lambda: log.exists() and log.read_text().count("TERM") == 2, what="two SIGTERMs")
-    await asyncio.sleep(0.2)  # the runtime's ledger flushes every 50 ms
-    conn = connect(path, readonly=True)
-    (call,) = view.sessions(conn, only="far")[0].calls
-    conn.close()
+
+    def stopped() -> view.CallView | None:  # its tools.abort.sent (and kill_at) in the ledger
+        conn = connect(path, readonly=True)
+        try:
+            (c,) = view.sessions(conn, only="far")[0].calls
+            return c if c.abort_ts is not None else None
+        finally:
+            conn.close()
+
+    wait_until(lambda: stopped() is not None, what="the runtime's stop recorded")
+    call = stopped()
+    assert call is not None
     assert call.abort_ts is not None
     assert call.pid is not None
     leader = procs.track(call.pid)
