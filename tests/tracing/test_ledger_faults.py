@@ -130,3 +130,42 @@ def test_the_readers_see_each_event_once_across_an_outage(small_fs: Path, spans:
     finally:
         ledger.close()
     assert seen == [-2.0, -1.0, *(float(i) for i in range(1500))]
+
+
+def test_a_writer_far_behind_keeps_a_bounded_queue_and_marks_what_it_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The loop outpacing the writer (a slow disk, a reader stuck in the writer thread): what
+    waits for the writer is bounded too. Past the bound new events are counted lost, said once,
+    and a ``ledger.gap`` per session marks them once the writer catches up."""
+    import threading
+
+    monkeypatch.setattr(ledger_module, "QUEUE_MAX", 500)
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    entered, gate = threading.Event(), threading.Event()
+
+    def stuck(ev: Event) -> None:  # the first event holds the writer until the gate opens
+        entered.set()
+        gate.wait(30)
+
+    Telemetry(ledger=ledger, observers=[stuck])
+    try:
+        ledger.append(events(1)[0])
+        assert entered.wait(10)
+        with caplog.at_level(logging.ERROR, logger="turnwatch.ledger"):
+            ledger.extend(events(1500, start=1))
+            assert ledger._queue.qsize() <= 500  # noqa: SLF001 - the bound itself
+            assert ledger.lost == 1000
+            gate.set()
+            assert ledger.flush(timeout=20)
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) <= 2, said  # not a line per event
+        assert "behind" in said[0]
+    finally:
+        gate.set()
+        ledger.close()
+    every = [ev for _seq, ev in read_events(connect(tmp_path / "ledger.sqlite3", readonly=True))]
+    *written, gap = every
+    assert [ev.ts_unix for ev in written] == [float(i) for i in range(501)]
+    assert (gap.kind, gap.attrs[names.K_LOST]) == (names.LEDGER_GAP, 1000)
+    assert (gap.attrs[names.K_FROM_TS], gap.attrs[names.K_TO_TS]) == (501.0, 1500.0)

@@ -55,6 +55,11 @@ WRITE_RETRIES = 3
 #: Events the writer keeps, in order, while the file cannot be written (a full disk, a locked or
 #: read-only file): past this, the oldest are dropped and counted lost. About 100 MB at most.
 BACKLOG_MAX = 100_000
+#: Events enqueued and not yet taken by the writer (the loop outpacing it: a slow disk, a reader
+#: stuck in the writer thread): past this, new events are dropped, counted lost, and marked by a
+#: ``ledger.gap`` per session once the writer catches up. About 100 MB at most.
+QUEUE_MAX = 100_000
+DROPPED_SESSIONS_MAX = 10_000
 #: How long a flush (and so ``close()``, which then counts what waits lost) waits for a file
 #: that cannot be written.
 CLOSE_WAIT_FAILING_S = 5.0
@@ -64,6 +69,7 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.05, 2.0
 __all__ = [
     "APPLICATION",
     "BACKLOG_MAX",
+    "QUEUE_MAX",
     "SCHEMA_VERSION",
     "Ledger",
     "LedgerError",
@@ -95,6 +101,11 @@ class _Gap:
     def add(self, ts: float) -> None:
         self.lost += 1
         self.from_ts, self.to_ts = min(self.from_ts, ts), max(self.to_ts, ts)
+
+    def merge(self, other: _Gap) -> None:
+        self.lost += other.lost
+        self.from_ts = min(self.from_ts, other.from_ts)
+        self.to_ts = max(self.to_ts, other.to_ts)
 
     def event(self, session: str) -> Event:
         attrs: dict[str, object] = {
@@ -146,6 +157,11 @@ class Ledger:
         # and why the last of them was lost.
         self.lost = 0
         self.lost_why = ""
+        # What append() dropped, the writer being QUEUE_MAX behind (per session, as _gaps), and
+        # whether that was said; both threads write them, under the lock.
+        self._lock = threading.Lock()
+        self._dropped: dict[str, _Gap] = {}
+        self._dropping = False
         # Events that wait, in order, while the file cannot be written; and flushes waiting for
         # them. Owned by the writer thread.
         self._backlog: collections.deque[tuple[Event, str | None]] = collections.deque()
@@ -185,7 +201,45 @@ class Ledger:
         if self._closed:
             self._lose(1, "ledger closed")
             return
+        if self._queue.qsize() >= QUEUE_MAX:
+            self._drop(event)
+            return
         self._queue.put((event, dedup_key(event) if dedup else None))
+
+    def _drop(self, event: Event) -> None:
+        """The writer is QUEUE_MAX events behind: ``event`` is lost, and its gap kept."""
+        why = f"the writer was more than {QUEUE_MAX} events behind"
+        with self._lock:
+            self.lost += 1
+            self.lost_why = why
+            gap = self._dropped.get(event.session)
+            if gap is None:
+                self._dropped[event.session] = _Gap(1, event.ts_unix, event.ts_unix, why)
+            else:
+                gap.add(event.ts_unix)
+            said, self._dropping = self._dropping, True
+        if not said:  # once per episode; the writer says the total when it catches up
+            log.error("turnwatch ledger %s: %s; dropping new events", self.path, why)
+
+    def _take_dropped(self, stop: bool = False) -> None:
+        """Move what append() dropped into the gaps the writer writes (writer thread): once
+        what was queued before the drops is written (the gaps then sit where the events would
+        have), or sooner if they span many sessions."""
+        if not self._dropped or not (
+            stop or self._queue.qsize() == 0 or len(self._dropped) > DROPPED_SESSIONS_MAX
+        ):
+            return
+        with self._lock:
+            dropped, self._dropped, self._dropping = self._dropped, {}, False
+        for session, gap in dropped.items():
+            mine = self._gaps.get(session)
+            if mine is None:
+                self._gaps[session] = gap
+            else:
+                mine.merge(gap)
+        n = sum(g.lost for g in dropped.values())
+        why = next(iter(dropped.values())).why
+        log.error("turnwatch ledger %s: %d event(s) were dropped: %s", self.path, n, why)
 
     def extend(self, events: Iterable[Event], *, dedup: bool = False) -> None:
         for ev in events:
@@ -240,8 +294,9 @@ class Ledger:
         atexit.unregister(self.close)
 
     def _lose(self, n: int, why: str) -> None:
-        self.lost += n
-        self.lost_why = why
+        with self._lock:
+            self.lost += n
+            self.lost_why = why
         log.error("turnwatch ledger %s: %d event(s) could not be written: %s", self.path, n, why)
 
     def _run(self) -> None:
@@ -272,7 +327,8 @@ class Ledger:
             elif batch:
                 self._backlog.extend(batch)  # behind what waits, so the order holds
                 self._bound()
-            if self._backlog and (not self.failing or stop):
+            self._take_dropped(stop)
+            if (self._backlog or self._gaps) and (not self.failing or stop):
                 self._retry()
             if metas:
                 self._put_metas(metas)
@@ -294,6 +350,7 @@ class Ledger:
 
     def _retry(self) -> None:
         """Write what waits, oldest first, a batch at a time, until it is done or fails."""
+        self._take_dropped()
         if self._gaps:  # what was dropped came before what waits: its gaps go first
             if not self._commit([(gap.event(s), None) for s, gap in self._gaps.items()]):
                 self._retry_s = min(self._retry_s * 2, RETRY_MAX_S)
