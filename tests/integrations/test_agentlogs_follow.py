@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import turnwatch
 from tests.integrations.agent_arcs import DATA
 from turnwatch import names
@@ -239,3 +241,42 @@ def test_the_watch_loop_follows_a_file_as_the_cli_writes_it(tmp_path: Path) -> N
         _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert event_count(ledger) == want
+
+
+def test_a_long_quiet_file_is_let_go_and_resumed_when_it_grows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Months of a CLI's directory: a file quiet for IDLE_S keeps no reader, translator or
+    lines in memory (its place is its checkpoint), only its size and time; when it grows it is
+    followed again from the checkpoint, nothing twice. A vanished file is forgotten."""
+    from turnwatch.integrations.agentlogs import follow
+
+    monkeypatch.setattr(follow, "QUIET_S", 0.05)
+    monkeypatch.setattr(follow, "IDLE_S", 0.2)
+    lines = CLAUDE.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "proj" / "db57d2ab.jsonl"
+    path.parent.mkdir()
+    basic = next(DATA.glob("claudecode/scenarios/2-1_*/recordings/*/transcript.jsonl"))
+    others = [tmp_path / "proj" / f"{i:08x}.jsonl" for i in range(50)]
+    for other in others:
+        other.write_bytes(basic.read_bytes())
+    path.write_bytes(b"".join(lines[:12]))  # a call in flight
+    h = Harness("claude-code", tmp_path)
+    h.f.poll()
+    assert len(h.f.files) == 51
+    time.sleep(0.1)
+    h.f.poll()  # quiet: the held end decided, the place saved
+    time.sleep(0.25)
+    h.f.poll()
+    assert h.f.files == {}  # every file let go
+    with path.open("ab") as out:
+        out.write(b"".join(lines[12:]))
+    h.f.poll()
+    assert list(h.f.files) == [path]  # followed again
+    for other in others:
+        other.unlink()
+    h.f.poll()
+    h.f.close()
+    assert len(h.f._quiet) == 0  # noqa: SLF001 - the vanished are forgotten
+    mine = [e for e in unlogged(h.events) if e.session.startswith("db57d2ab")]
+    assert mine == batch(CLAUDE)

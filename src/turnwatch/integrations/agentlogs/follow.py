@@ -10,6 +10,9 @@ flight). It is handed to ``save`` behind the events it covers; ``load`` gives it
   a file replaced under its name (rotation) is read as the new file it is. Either way the ledger
   keeps what was read before, and deduplication keeps a line read twice from counting twice.
 - A file that vanishes is reported once and forgotten.
+- A file quiet for IDLE_S is let go: its place is its checkpoint, and only its size and time
+  are kept while it is listed; when it grows it is followed again from the checkpoint. What the
+  follower holds is bounded by the files being written, not by a directory's years of history.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from turnwatch.runtime.events import Event
 HEAD_BYTES = 256
 #: A quiet file's held turn end (Gemini's last reply) is decided after this long.
 QUIET_S = 2.0
+#: A file that has not grown for this long is let go (see the module's docstring).
+IDLE_S = 300.0
 
 
 @dataclass
@@ -102,7 +107,10 @@ class Follower:
         self.discover_s = discover_s
         self.report = Report()
         self.files: dict[Path, _File] = {}
+        # Files reported vanished (not opened again while still listed), and files let go for
+        # quiet: (size, mtime) when let go, and the format. Both only of files still listed.
         self._gone: set[Path] = set()
+        self._quiet: dict[Path, tuple[tuple[int, int], str]] = {}
         self._discovered_at = -1e9
 
     # --- the loop's one step ---
@@ -133,13 +141,26 @@ class Follower:
 
     def _discover(self) -> None:
         new = resumed = 0
+        listed: set[Path] = set()
         for fmt, root in self.roots.items():
             if not root.exists():
                 continue
             for path in session_files(root, fmt):
-                if path not in self.files and path not in self._gone:
-                    new += 1
-                    resumed += self._open(path, fmt)
+                listed.add(path)
+                if path in self.files or path in self._gone:
+                    continue
+                quiet = self._quiet.get(path)
+                if quiet is not None:
+                    if not self._woke(path, quiet[0]):
+                        continue
+                    del self._quiet[path]
+                    self._open(path, fmt)  # from its checkpoint, as at a restart
+                    continue
+                new += 1
+                resumed += self._open(path, fmt)
+        self._gone &= listed
+        for path in self._quiet.keys() - listed:
+            del self._quiet[path]
         if new:  # one line, not one per file: a CLI's directory holds thousands
             self.note(
                 f"following {new} new session file(s), {resumed} resumed where the last run stopped"
@@ -177,6 +198,21 @@ class Follower:
         f.tr.restore(cp.state)
         return True
 
+    @staticmethod
+    def _woke(path: Path, seen: tuple[int, int]) -> bool:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return False  # the next listing forgets it
+        return (st.st_size, st.st_mtime_ns) != seen
+
+    def _let_go(self, f: _File) -> None:
+        """``f`` has been quiet for IDLE_S, its end decided and its place saved: keep only what
+        tells that it grew."""
+        self.report.unknown.update(f.tr.unknown)
+        del self.files[f.path]
+        self._quiet[f.path] = (f.seen, f.tr.source)
+
     def _step(self, f: _File, now: float, final: bool) -> None:
         try:
             st = f.path.stat()
@@ -201,6 +237,13 @@ class Follower:
             self._save(f)
         elif f.lines.consumed != f.saved_offset and now - f.saved_at >= QUIET_S:
             self._save(f)  # a long burst: a checkpoint at most every QUIET_S
+        elif (
+            not final
+            and f.flushed
+            and f.lines.consumed == f.saved_offset
+            and now - f.grew_at >= IDLE_S
+        ):
+            self._let_go(f)
 
     def _same_head(self, f: _File) -> bool:
         if not f.head:
