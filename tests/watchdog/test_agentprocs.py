@@ -223,3 +223,33 @@ def test_the_patterns() -> None:
     assert is_shell_command(["bash", "-lc", "ls"])
     assert not is_shell_command(["bash"])  # an interactive shell: the user's
     assert not is_shell_command(["node", "-c", "x"])
+
+
+def test_what_it_keeps_is_bounded_by_the_sessions_watched(
+    tmp_path: Path, project: Path, procs: Procs, harness: Harness
+) -> None:
+    """A watchdog running for months: what the attributor keeps of sessions (which CLI, what it
+    said) and of processes (recorded ones) goes once they are no longer watched or alive."""
+    from turnwatch.watchdog.agentprocs import WATCH_S
+
+    cli = Cli(tmp_path, project, procs)
+    session(harness.rec, project, ago=0.0)
+    for i in range(100):  # sessions of other CLIs' days, long settled
+        session(harness.rec, project, f"old-{i}", ago=0.0)
+        harness.rec(names.TURN_SETTLED, f"old-{i}", 1, turn=f"old-{i}.t1")
+        harness.rec(names.PROCESSING_CLEARED, f"old-{i}", 1, turn=f"old-{i}.t1")
+    harness.step()
+    shell = cli.shell()
+    harness.settle()
+    assert harness.kinds().count(names.TOOL_STARTED) == 1
+    shell.kill()
+    wait_until(lambda: not shell.is_running() or shell.status() == psutil.STATUS_ZOMBIE)
+    harness.step()
+    assert harness.kinds().count(names.TOOL_FINISHED) == 1
+    attr = harness.attr
+    assert len(attr._seen) == 0  # noqa: SLF001 - a process gone is never seen again
+    harness.rec(names.TURN_SETTLED, "cc-1", 30, turn="cc-1.t1")
+    harness.rec(names.PROCESSING_CLEARED, "cc-1", 30, turn="cc-1.t1")
+    harness.step(time.time() + 2 * WATCH_S)  # a day on: nothing is watched any more
+    kept = (attr._meta, attr._noted, attr._seen, attr._mine)  # noqa: SLF001
+    assert [len(k) for k in kept] == [0, 0, 0, 0]

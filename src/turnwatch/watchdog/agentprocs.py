@@ -85,7 +85,7 @@ class Attributor:
         self._meta: dict[str, tuple[str, str, str | None] | None] = {}
         #: Recorded tool processes still open: (pid, start) → (session, turn, call, tool).
         self._mine: dict[tuple[int, float], tuple[str, str, str, str]] = {}
-        self._seen: set[tuple[int, float]] = set()  # recorded, ever (in this run or the ledger)
+        self._seen: set[tuple[int, float]] = set()  # recorded (this run or the ledger), alive
         self._pending: dict[tuple[int, float], tuple[Watched, float]] = {}
         self.background: dict[tuple[int, float], Finding] = {}
         self._noted: set[str] = set()
@@ -126,11 +126,13 @@ class Attributor:
 
     def _watched(self, conn: Any, now: float) -> list[Watched]:
         out = []
+        listed: set[str] = set()
         for r in conn.execute(
             "SELECT session, turn, turn_started, processing, settled_ts, runtime_pid, "
             "runtime_create_time FROM sessions WHERE processing = 1 OR last_ts > ?",
             (now - WATCH_S,),
         ):
+            listed.add(r["session"])
             meta = self._session_meta(conn, r["session"])
             if meta is None:
                 continue
@@ -149,6 +151,10 @@ class Attributor:
                     (pid, ct) if pid is not None and ct is not None else None,
                 )
             )
+        # What is kept of sessions is of those watched (a watchdog runs for months).
+        for gone in self._meta.keys() - listed:
+            del self._meta[gone]
+        self._noted &= listed
         return out
 
     def _session_meta(self, conn: Any, session: str) -> tuple[str, str, str | None] | None:
@@ -345,6 +351,9 @@ class Attributor:
         for cache in (self._argv, self._cwd):
             for key in [k for k in cache if not table.alive(*k)]:
                 del cache[key]
+        # A process gone is never listed again (its pid and start time are its own): what
+        # recorded it need not be kept.
+        self._seen = {k for k in self._seen if table.alive(*k)}
 
     def _emit(self, ev: Event) -> None:
         self.sink(ev)
