@@ -232,3 +232,63 @@ async def test_no_zombies_after_a_hundred_stops(mode: str, sink: MemorySink) -> 
         await runtime.abort("s")
     await until(lambda: own_zombies() <= before, timeout=SLACK_S, what="every orphan reaped")
     assert check_invariants(sink.events) == []
+
+
+class SignalsSent:
+    """Every signal this process sends, by the pid it reaches: a spy around the two calls the
+    terminator sends with (each still sends; only the count is the spy's)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import signal as signal_module
+
+        self.got: list[tuple[int, int]] = []
+        real_pidfd, real_killpg = signal_module.pidfd_send_signal, os.killpg
+
+        def pidfd_send_signal(fd: int, sig: int, *args: object) -> None:
+            with open(f"/proc/self/fdinfo/{fd}") as fh:
+                pid = next(int(ln.split()[1]) for ln in fh if ln.startswith("Pid:"))
+            self.got.append((pid, sig))
+            real_pidfd(fd, sig, *args)
+
+        def killpg(pgid: int, sig: int) -> None:
+            for p in psutil.process_iter():
+                with __import__("contextlib").suppress(psutil.Error):
+                    if os.getpgid(p.pid) == pgid:
+                        self.got.append((p.pid, sig))
+            real_killpg(pgid, sig)
+
+        monkeypatch.setattr(signal_module, "pidfd_send_signal", pidfd_send_signal)
+        monkeypatch.setattr(os, "killpg", killpg)
+
+    def count(self, sig: int) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for pid, s in self.got:
+            if s == sig:
+                out[pid] = out.get(pid, 0) + 1
+        return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_each_process_of_a_stopped_call_gets_one_sigterm(
+    mode: str, sink: MemorySink, procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second SIGTERM is not harmless: a program that shuts down gracefully on the first
+    exits at once on the second ("press Ctrl-C again to force"), its clean-up cut short. The
+    group's signal and each member's pidfd reached the same process twice; under load the two
+    stopped coalescing (the runtime-killed mid-grace test once counted 4 traps for 2)."""
+    sent = SignalsSent(monkeypatch)
+    runtime = runtime_in(mode, sink)
+    turn = runtime.start_turn("s")
+    script = "trap '' TERM; (trap '' TERM; exec sleep 1000) & setsid sleep 1000 & echo pid=$!; wait"
+    call = turn.request("Bash", {"command": script})
+    escapee = procs.track((await printed_pids(sink, call.call_id))[0])
+    leader = procs.track(sink.of(names.TOOL_STARTED, call=call.call_id)[0].attrs["pid"])
+    await until(lambda: len(leader.children()) == 2, what="the subshell and the escapee")
+    tree = [leader, *(procs.track(c.pid) for c in leader.children())]
+
+    await runtime.abort("s")
+
+    terms = sent.count(15)
+    assert {p.pid: terms.get(p.pid) for p in tree} == {p.pid: 1 for p in tree}
+    assert escapee.pid in terms
+    await until(lambda: procs.alive() == [], timeout=SLACK_S, what="the tree dead")

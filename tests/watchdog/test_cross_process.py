@@ -98,6 +98,17 @@ def spawn_runtime(
     return proc
 
 
+def journal(path: Path) -> list[tuple[str, str | None, dict[str, object]]]:
+    """The ledger's events: kind, call and attributes (what a failure shows)."""
+    from turnwatch.tracing.ledger import read_events
+
+    conn = connect(path, readonly=True)
+    try:
+        return [(ev.kind, ev.call, dict(ev.attrs)) for _seq, ev in read_events(conn)]
+    finally:
+        conn.close()
+
+
 async def runtime_dies_then_one_cycle(path: Path, proc: subprocess.Popen[str]) -> Cycle:
     """The runtime is SIGKILLed mid-turn; then one watchdog cycle over its ledger."""
     os.kill(proc.pid, signal.SIGKILL)
@@ -288,10 +299,11 @@ async def test_a_runtime_killed_mid_grace_leaves_the_watchdog_its_window_not_a_n
     wait_until(lambda: leader.children(), what="the subshell")
     tree = [leader, procs.track(leader.children()[0].pid)]
 
-    await runtime_dies_then_one_cycle(path, proc)
+    cycle = await runtime_dies_then_one_cycle(path, proc)
 
     ended = time.time()
-    assert log.read_text().count("TERM") == 2  # the watchdog sent none of its own
+    # The watchdog sent none of its own (on failure: what each side recorded, and did).
+    assert log.read_text().count("TERM") == 2, (journal(path), cycle)
     for p in tree:
         assert not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
     # SIGKILLed when the runtime's window ended: not before it, and not a window later.

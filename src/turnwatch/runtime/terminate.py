@@ -107,8 +107,11 @@ class Pidfds:
             self.fds[pid] = (fd, create_time)
             self.taken.add(pid)
 
-    def signal(self, sig: int) -> None:
-        for fd, _ct in self.fds.values():
+    def signal(self, sig: int, *, unless: Callable[[int], bool] | None = None) -> None:
+        """Send ``sig`` to each member held, but those ``unless`` says already got it."""
+        for pid, (fd, _ct) in self.fds.items():
+            if unless is not None and unless(pid):
+                continue
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(fd, sig)
 

@@ -82,7 +82,15 @@ class GroupTarget:
     def signal(self, sig: int) -> None:
         self._sig = sig
         proctree.signal_group(self.root, sig)
-        self.fds.signal(sig)
+        # The group's members had it from the kernel; a member that left the group (setsid,
+        # setpgid) has it through its pidfd. Never both: a second SIGTERM is not harmless (a
+        # program that shuts down gracefully on the first exits at once on the second). Read
+        # after the group's signal, so a member leaving meanwhile gets two, never none.
+        self.fds.signal(sig, unless=self._in_group)
+
+    def _in_group(self, pid: int) -> bool:
+        p = procfs.read(pid)
+        return p is not None and p.pgrp == self.root
 
     def kill(self) -> None:
         self._take(proctree.tree(self.root, self.marker))  # forks since the snapshot
@@ -116,7 +124,9 @@ class CallTarget:
         self.root = root
 
     def signal(self, sig: int) -> None:
-        self.root.signal(sig)
+        # The first process, through its pidfd until it has moved itself into the cgroup;
+        # once in it, only as a member (once: see GroupTarget.signal).
+        self.root.signal(sig, unless=self.cgroup.cgroup.holds)
         self.cgroup.signal(sig)
 
     def kill(self) -> None:
