@@ -13,9 +13,9 @@ import psutil
 from tests.conftest import Procs, turnwatch
 from tests.watchdog.helpers import Recorder
 from turnwatch.cli.demo.scenario import leftovers
-from turnwatch.cli.tables import age
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.tools.proctree import CALL_MARKER
+from turnwatch.tracing.ages import age
 
 
 def test_ages_read_at_a_glance() -> None:
@@ -102,3 +102,36 @@ def test_version_and_the_demos_own_ledger_default() -> None:
     helped = turnwatch("demo", "--help")
     assert "a temporary one" in helped.stdout
     assert "$TURNWATCH_LEDGER" not in helped.stdout
+
+
+def test_explain_and_recover_agree_on_what_holds_a_session(tmp_path: Path) -> None:
+    """An agent CLI's turn waiting on a call that has not returned, with nothing to act on yet:
+    explain said "Recover with …" while recover --dry-run said nothing holds it (#29 item 2).
+    Both now ask one function, and say the same: what it waits for, and nothing to recover."""
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    rec("runtime.started", "cli", 30, attrs={"source": "claude-code"})
+    rec("turn.started", "cli", 30, turn="cli.t1")
+    rec("tool.requested", "cli", 20, turn="cli.t1", call="w", tool="Write")
+    rec("tool.started", "cli", 20, turn="cli.t1", call="w", tool="Write")
+    rec.close()
+    env = {"COLUMNS": "120"}
+    told = turnwatch("explain", "cli", "--ledger", str(path), env=env)
+    plan = turnwatch("recover", "cli", "--dry-run", "--ledger", str(path), env=env)
+    assert told.returncode == plan.returncode == 0, told.stderr + plan.stderr
+    assert "Recover with" not in told.stdout
+    for out in (told.stdout, plan.stdout):
+        assert "Write w" in out, out
+        assert "has not returned" in out, out
+        assert "nothing to recover" in out, out
+    # With something to act on, both say so, and recover lists the action explain points to.
+    rec = Recorder(path)
+    rec("turn.started", "p", 900, turn="p.t1")
+    rec("tool.requested", "p", 900, turn="p.t1", call="r", tool="Read")
+    rec("stop.clicked", "p", 800, turn="p.t1")
+    rec("agent.abort.called", "p", 800, turn="p.t1")
+    rec.close()
+    told = turnwatch("explain", "p", "--ledger", str(path), env=env)
+    plan = turnwatch("recover", "p", "--dry-run", "--ledger", str(path), env=env)
+    assert "Recover with: turnwatch recover p" in told.stdout, told.stdout
+    assert "would" in plan.stdout, plan.stdout

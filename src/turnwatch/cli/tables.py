@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from turnwatch.runtime.model import SessionStatus
+from turnwatch.tracing.ages import ago
 
 if TYPE_CHECKING:  # the demo pulls in the MCP SDK: a table of sessions must not
     from turnwatch.cli.demo.scenario import DemoReport
@@ -114,26 +114,6 @@ _STATE_STYLE = {
     SessionStatus.PINNED: "bold red",
     SessionStatus.UNKNOWN: "magenta",
 }
-
-
-def age(seconds: float) -> str:
-    """A span people read at a glance: ``12 s``, ``4 min 5 s``, ``3 h 12 min``, ``237 d``
-    (never ``5684h 11m``)."""
-    secs = max(0, int(seconds))
-    if secs < 60:
-        return f"{secs} s"
-    if secs < 3600:
-        return f"{secs // 60} min {secs % 60} s"
-    if secs < 2 * 86_400:
-        return f"{secs // 3600} h {secs % 3600 // 60} min"
-    return f"{secs // 86_400} d"
-
-
-def ago(ts: float | None, now: float | None = None) -> str:
-    """``3 h 12 min ago`` style (see :func:`age`); ``-`` for no time."""
-    if ts is None:
-        return "-"
-    return f"{age((now or time.time()) - ts)} ago"
 
 
 def sessions_table(console: Console, rows: list[SessionView]) -> None:

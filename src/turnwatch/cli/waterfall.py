@@ -15,12 +15,13 @@ from rich.table import Table
 from rich.text import Text
 
 from turnwatch import names
-from turnwatch.cli.tables import age, seconds
+from turnwatch.cli.tables import seconds
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold, Move
-from turnwatch.runtime.model import FindingKind, SessionStatus, ToolClass
+from turnwatch.runtime.model import SessionStatus, ToolClass
 from turnwatch.tracing import view
-from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, scan
+from turnwatch.watchdog.holds import what_holds
+from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding
 
 BAR_WIDTH = 24
 #: The steps of a stop, by what the event did (the fold's moves, so explain, spans and metrics
@@ -66,6 +67,9 @@ class Explanation:
     tools: list[ToolRow] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    #: Recovery would act (``what_holds``: what ``recover`` asks too), and what to say of it.
+    recoverable: bool = False
+    verdict: str = ""
     source: str | None = None  # who wrote the session's events (an agent CLI), when known
     #: What a reader should know of the calls that holds nothing (a process call uncontained).
     notes: list[str] = field(default_factory=list)
@@ -153,17 +157,9 @@ def build(
             )
         )
     if row is not None and row.turn == turn:
-        ex.findings = [f for f in scan(conn, cfg=cfg, now=now).findings if f.session == session]
-        ex.reasons = [_reason(f, now, cfg) for f in ex.findings]
-        ex.reasons += [
-            f"{t.tool} {t.call} ({t.tool_class}) has not returned; the turn cannot "
-            f"settle before it does"
-            for t in ex.tools
-            if t.end is None
-            and t.start is not None
-            and not any(f.call == t.call for f in ex.findings)
-            and ex.state != SessionStatus.IDLE
-        ]
+        hold = what_holds(conn, session, cfg=cfg, now=now)  # what recover acts on, too
+        ex.findings, ex.reasons, ex.verdict = hold.findings, hold.reasons(now, cfg), hold.verdict()
+        ex.recoverable = hold.recoverable
     return ex
 
 
@@ -200,26 +196,6 @@ def _detail(e: Event) -> str:
 def _offset(x: float) -> str:
     """An offset from the stop, signed: a call released before the click shows ``-10.0 ms``."""
     return ("+" if x >= 0 else "-") + seconds(abs(x))
-
-
-def _reason(f: Finding, now: float, cfg: Config) -> str:
-    if f.kind == FindingKind.ABORTED_WITH_LIVE_PROCESS:
-        late = now - (f.since or now) - cfg.grace_s
-        return (
-            f"{f.tool} pid {f.pid} still alive {age(late)} after the grace window; "
-            "it ignores SIGTERM"
-        )
-    if f.cgroup is not None or f.lingering:
-        return f"{f.detail} ({f.action})"
-    if f.kind == FindingKind.ORPHAN_TOOL_PROCESS:
-        return f"{f.tool} pid {f.pid} outlived its runtime, which is gone"
-    if f.kind == FindingKind.PINNED_SESSION:
-        return f'the session is pinned "processing" for {age(now - (f.since or now))}: {f.detail}'
-    if f.kind == FindingKind.ABORT_RPC_STUCK:
-        return f"agent.abort never returned: {f.detail}"
-    if f.kind == FindingKind.AWAIT_OVERDUE:
-        return f"{f.detail}"
-    return f.detail or f.kind
 
 
 def _bar(t: ToolRow, total: float, width: int = BAR_WIDTH) -> Text:
@@ -297,10 +273,10 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
             bullets.add_row(" •", r)
         parts.append(bullets)
     console.print(Panel(Group(*parts), title="turnwatch explain", expand=False))  # type: ignore[arg-type]
-    if ex.reasons:  # outside the panel, unwrapped: people copy and paste it
-        console.print(
-            f"Recover with: [bold]turnwatch recover {ex.session}{ledger_hint}[/]", soft_wrap=True
-        )
+    if ex.recoverable:  # outside the panel, unwrapped: people copy and paste it
+        console.print(f"Recover with: [bold]{ex.verdict}{ledger_hint}[/]", soft_wrap=True)
+    elif ex.reasons:
+        console.print(ex.verdict, soft_wrap=True)
 
 
 def _clock(ts: float | None) -> str:

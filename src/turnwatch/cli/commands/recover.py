@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Annotated
 
 import typer
@@ -34,6 +35,7 @@ def recover(
     from turnwatch.cli.watchdog_program import make_watchdog
     from turnwatch.runtime.model import RecoveryResult
     from turnwatch.tracing.view import session_ids
+    from turnwatch.watchdog.holds import what_holds
 
     seconds("--grace", grace)
     conn = read_conn(ledger)
@@ -51,9 +53,13 @@ def recover(
             say=lambda m: console.print(f"  {m}"),
         )
     try:
-        findings = [f for f in dog.scan().findings if f.session == session]
-        if not findings:
-            console.print(f"nothing holds session {session}")
+        # What explain says holds it, from the same function: the two never disagree.
+        hold = what_holds(conn, session, cfg=config(grace), findings=dog.scan().findings)
+        findings = hold.findings
+        if not hold.recoverable:
+            for r in hold.reasons(time.time(), config(grace)):
+                console.print(f"• {r}")
+            console.print(hold.verdict())
             return
         for a in asyncio.run(dog.act(findings, dry_run=True)):  # say it before doing it
             console.print(

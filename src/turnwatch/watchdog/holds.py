@@ -1,0 +1,116 @@
+"""What holds a session, and whether recovering it would do anything: one answer.
+
+``explain`` draws it, ``recover`` acts on it: both ask :func:`what_holds`, so they cannot
+disagree (explain once said "Recover with …" where recover found nothing to do). A session is
+held by the watchdog's findings, which recovery acts on, and by calls its turn still waits for
+that no finding covers yet (a mutating call running: the turn cannot settle before it returns,
+and nothing may end it).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from turnwatch.runtime.model import FindingKind, SessionStatus
+from turnwatch.tracing import view
+from turnwatch.tracing.ages import age
+from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, scan
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A call the session's turn waits for, that no finding covers."""
+
+    tool: str
+    call: str
+    tool_class: str
+
+    def reason(self) -> str:
+        return (
+            f"{self.tool} {self.call} ({self.tool_class}) has not returned; the turn cannot "
+            "settle before it does"
+        )
+
+
+@dataclass
+class Hold:
+    """What holds one session now."""
+
+    session: str
+    findings: list[Finding] = field(default_factory=list)
+    waiting: list[Waiting] = field(default_factory=list)
+
+    @property
+    def recoverable(self) -> bool:
+        """Recovery would act (each finding is one action of the walk)."""
+        return bool(self.findings)
+
+    @property
+    def held(self) -> bool:
+        return bool(self.findings or self.waiting)
+
+    def reasons(self, now: float, cfg: Config = DEFAULT_CONFIG) -> list[str]:
+        """One line per thing holding the session, findings first."""
+        return [reason(f, now, cfg) for f in self.findings] + [w.reason() for w in self.waiting]
+
+    def verdict(self) -> str:
+        """The line that ends what a command says of it."""
+        if self.recoverable:
+            return f"turnwatch recover {self.session}"
+        if self.waiting:
+            return (
+                f"nothing to recover in session {self.session} yet: it waits for a call that "
+                "has not returned (the watchdog finds it once it is overdue)"
+            )
+        return f"nothing holds session {self.session}"
+
+
+def what_holds(
+    conn: sqlite3.Connection,
+    session: str,
+    *,
+    cfg: Config = DEFAULT_CONFIG,
+    now: float | None = None,
+    findings: Sequence[Finding] | None = None,
+) -> Hold:
+    """What holds ``session``: the findings (the watchdog's, if given, else one scan's) and the
+    calls of its live turn that have not returned and no finding covers."""
+    now = time.time() if now is None else now
+    if findings is None:
+        findings = scan(conn, cfg=cfg, now=now).findings
+    hold = Hold(session, [f for f in findings if f.session == session])
+    rows = view.sessions(conn, only=session, now=now, th=cfg)
+    if not rows or rows[0].state is SessionStatus.IDLE:
+        return hold
+    covered = {f.call for f in hold.findings}
+    hold.waiting = [
+        Waiting(c.tool or "?", c.call, c.tool_class or "?")
+        for c in rows[0].calls
+        if c.turn == rows[0].turn
+        and c.ended_ts is None
+        and c.started_ts is not None
+        and c.call not in covered
+    ]
+    return hold
+
+
+def reason(f: Finding, now: float, cfg: Config = DEFAULT_CONFIG) -> str:
+    """What a finding says of the session it holds, in words."""
+    if f.kind == FindingKind.ABORTED_WITH_LIVE_PROCESS:
+        late = now - (f.since or now) - cfg.grace_s
+        return (
+            f"{f.tool} pid {f.pid} still alive {age(late)} after the grace window; "
+            "it ignores SIGTERM"
+        )
+    if f.cgroup is not None or f.lingering:
+        return f"{f.detail} ({f.action})"
+    if f.kind == FindingKind.ORPHAN_TOOL_PROCESS:
+        return f"{f.tool} pid {f.pid} outlived its runtime, which is gone"
+    if f.kind == FindingKind.PINNED_SESSION:
+        return f'the session is pinned "processing" for {age(now - (f.since or now))}: {f.detail}'
+    if f.kind == FindingKind.ABORT_RPC_STUCK:
+        return f"agent.abort never returned: {f.detail}"
+    return f.detail or f.kind
