@@ -11,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from tests import streams
 from tests.conftest import Procs, turnwatch
@@ -76,7 +78,11 @@ def test_explain_at_80_columns_cuts_nothing(demo_ledger: Path) -> None:
 
 
 def test_the_demo_at_80_columns_shows_every_column(tmp_path: Path) -> None:
-    out = visible_lines(on_a_tty("demo", "--grace", "1", "--ledger", str(tmp_path / "l.sqlite3")))
+    ledger = tmp_path / "l.sqlite3"
+    out = visible_lines(on_a_tty("demo", "--grace", "1", "--ledger", str(ledger)))
+    # The command to try is one line, whole (the terminal wraps it; a copy takes it all).
+    assert f"Try: turnwatch explain demo-legacy --ledger {ledger}" in out
+    out = [ln for ln in out if not ln.startswith(("Try: ", "Ledger: "))]
     assert all(len(ln) <= 80 for ln in out), max(out, key=len)
     body = "\n".join(out)
     assert "process/grace" in body  # the policy
@@ -131,3 +137,58 @@ def test_recover_asks_on_a_terminal_and_does_nothing_on_no(tmp_path: Path, procs
     )
     assert "→ ok" in out
     assert procs.alive() == []
+
+
+@hypothesis.given(
+    start=st.floats(-5, 5),
+    abort=st.none() | st.floats(0, 5),
+    end=st.none() | st.floats(0, 5),
+    width=st.integers(1, 60),
+)
+def test_a_timeline_bar_is_never_wider_than_its_column(
+    start: float, abort: float | None, end: float | None, width: int
+) -> None:
+    """A bar one character too wide is cut at its end: the █ of a stop that came last was
+    lost (#29 item 14). Every bar fits, and a call the stop reached keeps its █."""
+    from turnwatch.cli.waterfall import ToolRow, _bar
+
+    if end is not None:
+        end = max(end, start, abort or 0.0)
+    row = ToolRow("c", "Bash", "process", "grace", "aborted", start, abort, end)
+    bar = _bar(row, 5.0, width).plain
+    assert len(bar) <= width, (bar, width)
+    if abort is not None:
+        assert "█" in bar
+
+
+def test_ids_are_never_cut_at_80_columns(tmp_path: Path, procs: Procs) -> None:
+    """At 80 columns ``sessions`` cut UUID session and turn ids to ``01a011e2…`` and findings
+    to ``orphan_to…``, and ``watch --once`` broke its rows mid-command (#29 item 12): an id
+    that cannot be copied into ``explain`` is useless. Each now stands whole on its line."""
+    from tests.integrations.agent_arcs import DATA
+    from tests.watchdog.helpers import Recorder, spawn_tree
+    from turnwatch.tracing import view
+    from turnwatch.tracing.ledger import connect
+
+    path = tmp_path / "l.sqlite3"
+    files = sorted(DATA.glob("claudecode/*/*/recordings/*/transcript.jsonl"))[:3]
+    assert turnwatch("ingest", *map(str, files), "--ledger", str(path)).returncode == 0
+    sid = "01a011e2-7c1b-4d5e-9f00-0123456789ab"
+    tree = spawn_tree(procs)
+    rec = Recorder(path)
+    rec.runtime(session=sid)
+    rec.aborted_turn(tree[0], session=sid)
+    rec.close()
+    conn = connect(path, readonly=True)
+    rows = view.sessions(conn)
+    conn.close()
+    out = visible_lines(on_a_tty("sessions", "--ledger", str(path)))
+    assert not any("…" in ln for ln in out), out
+    for r in rows:
+        assert any(r.session in ln.split() for ln in out), (r.session, out)
+        assert r.turn is not None
+        assert any(r.turn in ln.split() for ln in out), (r.turn, out)
+    assert any("orphan_tool_process" in ln or "aborted_with_live_process" in ln for ln in out)
+    watched = visible_lines(on_a_tty("watch", "--once", "--grace", "1", "--ledger", str(path)))
+    assert any(sid in ln.split() for ln in watched), watched
+    assert not any("…" in ln for ln in watched), watched

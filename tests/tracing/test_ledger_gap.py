@@ -70,7 +70,7 @@ def test_lost_events_leave_a_gap_marked_where_they_were_and_no_state_made_up(
     assert not [
         f for f in scan(conn, now=10_000.0).findings if f.kind == FindingKind.PINNED_SESSION
     ]
-    listed = turnwatch("sessions", "--ledger", str(path))
+    listed = turnwatch("sessions", "--ledger", str(path), env={"COLUMNS": "200"})
     assert listed.returncode == 0, listed.stderr
     line = next(ln for ln in listed.stdout.splitlines() if "adr" in ln)
     assert "unknown" in line

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from turnwatch.runtime.model import SessionStatus
 from turnwatch.tracing.ages import ago
@@ -101,9 +103,10 @@ def _demo_sessions(console: Console, report: DemoReport) -> None:
         "Tool processes left behind: " + (", ".join(map(str, left)) if left else "[green]none[/]")
     )
     if report.ledger:
+        console.print(f"Ledger: {report.ledger}", soft_wrap=True)
+        # Its own line, never broken: people copy it.
         console.print(
-            f"Ledger: {report.ledger}  (try: turnwatch explain demo-legacy "
-            f"--ledger {report.ledger})"
+            f"Try: turnwatch explain demo-legacy --ledger {report.ledger}", soft_wrap=True
         )
 
 
@@ -117,25 +120,49 @@ _STATE_STYLE = {
 
 
 def sessions_table(console: Console, rows: list[SessionView]) -> None:
-    """``turnwatch sessions``."""
+    """``turnwatch sessions``: a table where it fits, else a block per session; an id is never
+    cut (an id that cannot be copied into ``explain`` is useless)."""
     if not rows:
         console.print("no sessions in this ledger")
         return
+    cells = [_session_cells(r) for r in rows]
+    heads = ("session", "state", "turn", "since", "mode", "live", "findings")
+    widths = [
+        max(len(h), *(len(Text.from_markup(c[i]).plain) for c in cells))
+        for i, h in enumerate(heads)
+    ]
+    if sum(widths) + 3 * len(widths) + 1 > console.width:
+        for r, c in zip(rows, cells, strict=True):
+            _session_block(console, r, c)
+        return
     table = Table(title_justify="left")
-    for col in ("session", "state", "turn", "since", "mode", "live", "findings"):
-        table.add_column(col)
-    for r in rows:
-        style = _STATE_STYLE.get(r.state, "")
-        table.add_row(
-            r.session,
-            f"[{style}]{r.state}[/]",
-            r.turn or "-",
-            ago(r.since),
-            r.mode or r.source or "unknown",
-            str(r.live_processes) if r.live_processes else "-",
-            ", ".join([*r.findings, *gap_words(r)]) or "-",
-        )
+    for col in heads:
+        table.add_column(col, no_wrap=col in ("session", "turn"))
+    for c in cells:
+        table.add_row(*c)
     console.print(table)
+
+
+def _session_cells(r: SessionView) -> list[str]:
+    style = _STATE_STYLE.get(r.state, "")
+    return [
+        escape(r.session),
+        f"[{style}]{r.state}[/]",
+        escape(r.turn or "-"),
+        ago(r.since),
+        escape(r.mode or r.source or "unknown"),
+        str(r.live_processes) if r.live_processes else "-",
+        escape(", ".join([*r.findings, *gap_words(r)]) or "-"),
+    ]
+
+
+def _session_block(console: Console, r: SessionView, c: list[str]) -> None:
+    """One session, stacked: each id whole on its own line (soft-wrapped, never cut)."""
+    console.print(f"[bold]{c[0]}[/]", soft_wrap=True)
+    console.print(f"  {c[1]}  since {c[3]}  {c[4]}  live {c[5]}", soft_wrap=True)
+    console.print(f"  turn {c[2]}", soft_wrap=True)
+    if c[6] != "-":
+        console.print(f"  findings {c[6]}", soft_wrap=True)
 
 
 def gap_words(r: SessionView) -> list[str]:

@@ -206,13 +206,15 @@ def _bar(t: ToolRow, total: float, width: int = BAR_WIDTH) -> Text:
 
     if t.start is None:
         return Text("✕ never began" if width >= 13 else "✕", style="magenta")
-    start = col(max(t.start, 0.0))
-    abort = col(t.abort) if t.abort is not None else None
+    # Each part at least one character, and the whole within ``width``: a bar one too wide is
+    # cut at its end, and the end is the stop's █.
+    start = min(col(max(t.start, 0.0)), width - 1)
     end = col(t.end) if t.end is not None else width
     bar = Text(" " * start)
-    if abort is None:  # never reached by the stop
+    if t.abort is None:  # never reached by the stop
         return bar + Text("░" * max(end - start, 1), style="red")
-    bar += Text("░" * max(abort - start, 0), style="red")
+    abort = min(max(col(t.abort), start), width - 1)
+    bar += Text("░" * (abort - start), style="red")
     return bar + Text("█" * max(end - abort, 1), style="red" if t.end is None else "green")
 
 

@@ -161,11 +161,13 @@ def watch(
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     else:
         for r in rows:
-            console.print(
-                f"{r['kind']:<28} {r['session']:<16} pid {r['pid'] or '-':<8} "
-                f"{r['action']} → {r['result']}",
-                highlight=False,
-            )
+            head = f"{r['kind']:<28} {r['session']:<16} pid {r['pid'] or '-':<8}"
+            what = f"{r['action']} → {r['result']}"
+            if len(head) + 1 + len(what) > console.width:  # stacked: a command is never broken
+                console.print(head.rstrip(), highlight=False, soft_wrap=True)
+                console.print(f"  {what}", highlight=False, soft_wrap=True)
+            else:
+                console.print(f"{head} {what}", highlight=False)
         if not rows:
             console.print("no findings")
     if cycle.unresolved:
