@@ -109,41 +109,138 @@ function idleRendered(sessions) {
   );
 }
 
-function row(s) {
-  const stoppable = s.state !== "idle" && !awaitingIdle.has(s.session);
-  const button = el("button", { class: "stop", disabled: !stoppable, "data-session": s.session }, stoppable || !awaitingIdle.has(s.session) ? "Stop" : "Stopping…");
-  button.addEventListener("click", (e) => {
-    e.stopPropagation();
-    stop(s.session, s.turn, button);
+// Pinned first, then what a finding holds (they need someone), then what runs, then idle.
+const RANK = { pinned: 0, stopping: 2, processing: 3, unknown: 4, idle: 5 };
+const rank = (s) => (s.state !== "pinned" && s.findings.length ? 1 : RANK[s.state] ?? 4);
+const quiet = (s) => s.state === "idle" && !s.findings.length;
+//: Idle sessions shown before the rest are folded behind "show all".
+const IDLE_SHOWN = 20;
+let showAllIdle = false;
+let scrollToTimeline = false;
+
+function actions(s) {
+  const cell = el("td", { class: "actions" });
+  if (s.stop_unavailable && s.state !== "idle") {
+    // Stop cannot work for it: say why, instead of a button that answers 404.
+    cell.append(el("span", { class: "no-stop", title: s.stop_unavailable }, `no Stop: ${s.stop_unavailable}`));
+  } else if (s.state !== "idle" || awaitingIdle.has(s.session)) {
+    // (An idle session has nothing to stop: no button, not a disabled one, which would also
+    // swallow a click meant for its row.)
+    const stoppable = s.state !== "idle" && !awaitingIdle.has(s.session);
+    const button = el("button", { class: "stop", disabled: !stoppable, "data-session": s.session }, stoppable || !awaitingIdle.has(s.session) ? "Stop" : "Stopping…");
+    button.addEventListener("click", (e) => {
+      e.stopPropagation();
+      stop(s.session, s.turn, button);
+    });
+    cell.append(button);
+  }
+  if (s.recoverable) {
+    const rb = el("button", { class: "recover", "data-session": s.session }, "Recover");
+    rb.addEventListener("click", (e) => {
+      e.stopPropagation();
+      recover(s.session, rb);
+    });
+    cell.append(" ", rb);
+  }
+  return cell;
+}
+
+async function postRecover(session, confirm) {
+  const r = await fetch(`/api/sessions/${encodeURIComponent(session)}/recover`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", ...auth },
+    body: JSON.stringify({ confirm }),
   });
+  const reply = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(`${r.status} ${reply.error ?? ""}`);
+  return reply;
+}
+
+/** The CLI's recovery: its plan listed, asked, then done; each action's result said. */
+async function recover(session, button) {
+  button.disabled = true;
+  try {
+    const plan = await postRecover(session, false);
+    if (!plan.actions.length) {
+      showNotice(plan.verdict);
+      return;
+    }
+    const lines = plan.actions.map((a) => `• ${a.finding}: would ${a.action}${a.detail ? ` (${a.detail})` : ""}`);
+    if (!window.confirm(`Recover ${session}?\n\n${lines.join("\n")}`)) return;
+    button.textContent = "Recovering…";
+    const done = await postRecover(session, true);
+    showNotice(`Recovered ${session}: ` + done.actions.map((a) => `${a.finding}: ${a.action} → ${a.result}`).join("; "));
+    showError(null);
+  } catch (err) {
+    showError(`Recover ${session}: ${err.message}`);
+  } finally {
+    button.disabled = false;
+    button.textContent = "Recover";
+    await refresh();
+  }
+}
+
+function showNotice(text) {
+  const p = $("#notice");
+  p.hidden = !text;
+  p.textContent = text ?? "";
+  document.body.dataset.notice = text ?? "";
+}
+
+function row(s) {
   const running = s.calls.filter((c) => c.open).length;
   const tr = el(
     "tr",
     { "data-session": s.session, "data-state": s.state, class: s.session === selected ? "selected" : "" },
-    el("td", {}, s.session),
+    el("td", { class: "id" }, s.session),
     el("td", {}, el("span", { class: `state state-${s.state}` }, s.state)),
-    el("td", {}, ago(s.since)),
-    el("td", {}, s.turn ?? ""),
-    el("td", {}, s.mode ?? s.source ?? ""),
-    el("td", {}, running ? `${running} running of ${s.calls.length}` : `${s.calls.length}`),
+    actions(s),
+    el("td", { class: "col-since" }, ago(s.since)),
+    el("td", { class: "id col-turn" }, s.turn ?? ""),
+    el("td", { class: "col-mode" }, s.mode ?? s.source ?? ""),
+    el("td", { class: "col-calls" }, running ? `${running} running of ${s.calls.length}` : `${s.calls.length}`),
     el("td", {}, s.findings.join(", ")),
     el("td", { class: "stop-to-idle" }, ms(stopToIdle.get(s.session))),
-    el("td", {}, button),
   );
   tr.addEventListener("click", () => {
     selected = s.session;
+    scrollToTimeline = true; // a row clicked brings its timeline into view
     refresh();
   });
   return tr;
 }
 
-function renderSessions(sessions) {
+function matches(s, q) {
+  if (!q) return true;
+  return [s.session, s.turn, s.mode, s.source, s.state, ...s.findings].some((v) => v && String(v).toLowerCase().includes(q));
+}
+
+function renderSessions(all) {
+  const q = $("#filter").value.trim().toLowerCase();
+  const sorted = all
+    .map((s, i) => [s, i])
+    .sort(([a, i], [b, j]) => rank(a) - rank(b) || i - j)
+    .map(([s]) => s)
+    .filter((s) => matches(s, q));
+  const idle = sorted.filter(quiet);
+  const folded = !showAllIdle && !q && idle.length > IDLE_SHOWN ? idle.length - IDLE_SHOWN : 0;
+  const hidden = new Set(folded ? idle.slice(IDLE_SHOWN).map((s) => s.session) : []);
+  const shown = sorted.filter((s) => !hidden.has(s.session) || s.session === selected);
   const body = $("#sessions tbody");
-  body.replaceChildren(...sessions.map(row));
-  $("#empty").hidden = sessions.length > 0;
-  $("#status").textContent = `${sessions.length} session(s) · updated ${new Date().toLocaleTimeString()}`;
-  const idle = sessions.filter((s) => s.state === "idle" && awaitingIdle.has(s.session));
-  if (idle.length) idleRendered(idle.map((s) => s.session)); // stopped from elsewhere too
+  const rows = shown.map(row);
+  if (folded) {
+    const more = el("button", { class: "more", id: "show-idle" }, `show ${folded} more idle session(s)`);
+    more.addEventListener("click", () => {
+      showAllIdle = true;
+      refresh();
+    });
+    rows.push(el("tr", { class: "fold" }, el("td", { colSpan: 9 }, more)));
+  }
+  body.replaceChildren(...rows);
+  $("#empty").hidden = all.length > 0;
+  $("#status").textContent = `${all.length} session(s)${q ? `, ${sorted.length} matching` : ""} · updated ${new Date().toLocaleTimeString()}`;
+  const idleNow = all.filter((s) => s.state === "idle" && awaitingIdle.has(s.session));
+  if (idleNow.length) idleRendered(idleNow.map((s) => s.session)); // stopped from elsewhere too
 }
 
 function renderTimeline(ex) {
@@ -175,6 +272,13 @@ function renderTimeline(ex) {
     }),
   );
   $("#tl-reasons").replaceChildren(...ex.reasons.map((r) => el("li", {}, r)));
+  // What the CLI says next: the command to copy, or that there is nothing to recover yet.
+  $("#tl-verdict").hidden = !ex.verdict || !ex.reasons.length;
+  $("#tl-verdict").replaceChildren(ex.recoverable ? el("code", {}, ex.verdict) : ex.verdict);
+  if (scrollToTimeline) {
+    scrollToTimeline = false;
+    $("#timeline").scrollIntoView({ block: "start" });
+  }
 }
 
 async function refresh() {
@@ -197,5 +301,6 @@ async function refresh() {
   return refreshing;
 }
 
+$("#filter").addEventListener("input", () => refresh());
 refresh();
 setInterval(refresh, POLL_MS);

@@ -92,3 +92,43 @@ def test_pages_and_reads(page: Any) -> None:
     ]
     assert timeline["reasons"]
     assert call(app, "GET", "/api/sessions/nope/timeline")[0] == 404
+
+
+def test_each_bad_recover_request_gets_its_status_and_recovers_nothing(tmp_path: Path) -> None:
+    """Recover is guarded as Stop is (the token, the page's own origin), takes only
+    ``{"confirm": bool}``, and acts only when confirmed."""
+    path = streams.ledger(tmp_path / "ledger.sqlite3")
+    asked: list[tuple[str, bool]] = []
+
+    def recover(session: str, confirm: bool) -> dict[str, Any]:
+        asked.append((session, confirm))
+        return {"session": session, "done": confirm, "actions": []}
+
+    app = LivePage(path, lambda _s, _t: "accepted", token="t0k", recover=recover)
+    auth = "Bearer t0k"
+
+    def post(session: str, body: bytes, **headers: str) -> int:
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": f"/api/sessions/{session}/recover",
+        }
+        setup_testing_defaults(environ)
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        environ.update({"HTTP_" + k.upper(): v for k, v in headers.items()})
+        got: list[str] = []
+        b"".join(app(environ, lambda status, _h: got.append(status)))
+        return int(got[0].split()[0])
+
+    assert post("s1", b'{"confirm": true}') == 401
+    assert post("s1", b'{"confirm": true}', authorization=auth, origin="http://evil.example") == 403
+    assert post("s1", b'{"confirm": "yes"}', authorization=auth) == 400
+    assert post("s1", b"not json", authorization=auth) == 400
+    assert post("s1", b"x" * 5000, authorization=auth) == 400
+    assert post("nope", b'{"confirm": true}', authorization=auth) == 404
+    assert asked == []
+    assert post("pinned", b'{"confirm": false}', authorization=auth) == 200
+    assert post("pinned", b'{"confirm": true}', authorization=auth) == 200
+    assert asked == [("pinned", False), ("pinned", True)]
+    rows = call(app, "GET", "/api/sessions")[1]
+    assert all("stop_unavailable" in r and "recoverable" in r for r in rows)

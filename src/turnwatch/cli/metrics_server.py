@@ -37,6 +37,7 @@ def serve_ledger_metrics(
     stop: threading.Event | None = None,
     events: EventsOptions | None = None,
     page: bool = False,
+    grace_s: float = 10.0,
 ) -> Ledger | None:
     """Serve until ``stop`` is set or Ctrl-C (or forever); with ``events``, ``POST /v1/events``
     too, whose ledger this returns, closed (what it lost, the program says); with ``page``, the
@@ -46,9 +47,16 @@ def serve_ledger_metrics(
     replayed = follower.poll()
     routes, close = _events_route(path, events) if events is not None else ({}, None)
     if page:
+        from turnwatch.cli.live.actions import by_control, recover_by_watchdog
         from turnwatch.cli.live.page import LivePage, stop_by_control
 
-        live = LivePage(path, stop_by_control(path), token=events.token if events else None)
+        live = LivePage(
+            path,
+            stop_by_control(path),
+            token=events.token if events else None,
+            can_stop=by_control,
+            recover=recover_by_watchdog(path, grace_s),
+        )
         routes.update(live.routes())
     try:
         server, port = http.serve(registry, addr, routes=routes)

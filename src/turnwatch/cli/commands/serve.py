@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from turnwatch.cli.common import (
+    GraceOpt,
     LedgerOpt,
     MaxBodyOpt,
     OriginOpt,
@@ -34,12 +35,16 @@ def serve(
     token_file: TokenOpt = None,
     cors_origin: OriginOpt = None,
     max_body: MaxBodyOpt = 1024 * 1024,
+    grace: GraceOpt = 10.0,
 ) -> None:
-    """The live page (sessions, Stop, timelines), POST /v1/events and /metrics over a ledger.
+    """The live page (sessions, Stop, Recover, timelines), POST /v1/events and /metrics over a
+    ledger.
 
-    Stop reaches a session's runtime through the control endpoint it recorded.
+    Stop reaches a session's runtime through the control endpoint it recorded; Recover does what
+    ``turnwatch recover`` does (its plan shown first), with --grace as its window.
     """
-    run_server(ledger, addr, poll, True, token_file, cors_origin, max_body, page=True)
+    seconds("--grace", grace)
+    run_server(ledger, addr, poll, True, token_file, cors_origin, max_body, page=True, grace=grace)
 
 
 def run_server(
@@ -52,6 +57,7 @@ def run_server(
     max_body: int,
     *,
     page: bool,
+    grace: float = 10.0,
 ) -> None:
     from turnwatch.cli.metrics_server import EventsOptions, serve_ledger_metrics
 
@@ -79,6 +85,7 @@ def run_server(
                 say=lambda m: err.print(m, highlight=False, soft_wrap=True),
                 events=opts,
                 page=page,
+                grace_s=grace,
             )
     except ValueError as exc:
         raise fail(str(exc)) from None

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from turnwatch.cli.demo.scenario import BASH, GREP, make_tree
+from turnwatch.cli.live.actions import recover_by_watchdog
 from turnwatch.cli.live.page import LivePage
 from turnwatch.cli.wiring import Wiring
 from turnwatch.exporters import http
@@ -83,7 +84,12 @@ async def serve_live(
 
     findings: list[Finding] = []
     page = LivePage(
-        path, stop, before_read=lambda: wiring.ledger.flush(timeout=5), findings=lambda: findings
+        path,
+        stop,
+        before_read=lambda: wiring.ledger.flush(timeout=5),
+        findings=lambda: findings,
+        can_stop=lambda r: None if r.session in sessions else "not one of this demo's sessions",
+        recover=recover_by_watchdog(path, grace_s),
     )
     # The page's clicks and idles go through the demo's own pipeline, as the runtime's events.
     events = EventsApp(recorder(wiring.telemetry, wiring.ledger))

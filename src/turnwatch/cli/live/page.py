@@ -11,6 +11,11 @@ A WSGI application served beside ``/metrics`` and ``POST /v1/events`` (``turnwat
   the page's own origin (``403`` otherwise: another site's page cannot stop a session), and with
   the bearer token when the server has one (``401``; the page takes it from its URL's fragment,
   ``/#token=…``, which a browser never sends to a server).
+- ``POST /api/sessions/<id>/recover``: with ``{"confirm": false}`` the plan (what recovery would
+  do, nothing done or written), with ``{"confirm": true}`` the recovery itself; guarded as Stop.
+
+Each session's row says whether Stop can work (``stop_unavailable``: why not) and whether
+Recover would act (``recoverable``): :mod:`turnwatch.cli.live.actions`.
 
 The page's Stop goes through the browser module (``web/turnwatch-stop.js``): the click and idle
 as rendered are the browser's own events, posted to ``/v1/events``.
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from turnwatch.cli.live.actions import CanStop, Recover
 from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import view
 from turnwatch.tracing.eventsapi import bearer_ok, same_origin
@@ -108,13 +114,17 @@ class LivePage:
         findings: Callable[[], Sequence[Finding]] | None = None,
         token: str | None = None,
         assets: Path = ASSETS,
+        can_stop: CanStop | None = None,
+        recover: Recover | None = None,
     ) -> None:
         self.ledger = ledger
         self.stop = stop
+        self.can_stop = can_stop
+        self.recover = recover
         self.before_read = before_read
         self.findings = findings
         self.token = token
-        self._scanned: tuple[float, list[dict[str, Any]]] | None = None
+        self._scanned: tuple[float, list[view.SessionView]] | None = None
         self._lock = threading.Lock()
         self.assets = assets
 
@@ -139,6 +149,8 @@ class LivePage:
                     return self._timeline(session, start)
                 if parts[1] == "stop" and method == "POST":
                     return self._stop(session, environ, start)
+                if parts[1] == "recover" and method == "POST":
+                    return self._recover(session, environ, start)
         except LedgerError as exc:
             return _json(start, "503 Service Unavailable", {"error": str(exc)})
         return _json(start, "404 Not Found", {"error": f"no such page: {method} {path}"})
@@ -152,18 +164,25 @@ class LivePage:
         conn = self._conn()
         try:
             if self.findings is None:
-                return self._scan(conn)
-            rows = apply_findings(view.live_and_recent(conn, PAGE_SESSIONS), self.findings())
-            return [r.to_json() for r in rows]
+                rows = self._scan(conn)
+            else:
+                rows = apply_findings(view.live_and_recent(conn, PAGE_SESSIONS), self.findings())
         finally:
             conn.close()
+        return [self._row(r) for r in rows]
 
-    def _scan(self, conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    def _row(self, r: view.SessionView) -> dict[str, Any]:
+        """A session as the page shows it: the view, what Stop and Recover can do for it."""
+        out = r.to_json()
+        out["stop_unavailable"] = self.can_stop(r) if self.can_stop is not None else None
+        out["recoverable"] = self.recover is not None and bool(r.findings)
+        return out
+
+    def _scan(self, conn: sqlite3.Connection) -> list[view.SessionView]:
         with self._lock:  # one /proc read a second, however many pages poll
             now = time.monotonic()
             if self._scanned is None or now - self._scanned[0] >= SCAN_EVERY_S:
-                found = annotate_findings(conn, limit=PAGE_SESSIONS)
-                self._scanned = (now, [r.to_json() for r in found])
+                self._scanned = (now, annotate_findings(conn, limit=PAGE_SESSIONS))
             return self._scanned[1]
 
     def _timeline(self, session: str, start: StartResponse) -> Iterable[bytes]:
@@ -182,12 +201,46 @@ class LivePage:
         body["total"] = ex.total
         return _json(start, "200 OK", body)
 
-    def _stop(self, session: str, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+    def _refused(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes] | None:
+        """Another site's page, or no token where one is required: refused, nothing done."""
         origin = environ.get("HTTP_ORIGIN")
         if origin is not None and not same_origin(environ, origin):
-            return _json(start, "403 Forbidden", {"error": f"origin {origin} may not stop"})
+            return _json(start, "403 Forbidden", {"error": f"origin {origin} may not act here"})
         if self.token is not None and not bearer_ok(environ, self.token):
             return _json(start, "401 Unauthorized", {"error": "a bearer token is required"})
+        return None
+
+    def _recover(
+        self, session: str, environ: dict[str, Any], start: StartResponse
+    ) -> Iterable[bytes]:
+        refused = self._refused(environ, start)
+        if refused is not None:
+            return refused
+        if self.recover is None:
+            return _json(start, "404 Not Found", {"error": "this page does not recover"})
+        try:
+            size = int(environ.get("CONTENT_LENGTH") or 0)
+            body = json.loads(environ["wsgi.input"].read(size) or b"{}") if size <= 4096 else None
+        except (ValueError, KeyError):
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("confirm", False), bool):
+            return _json(start, "400 Bad Request", {"error": 'body: {"confirm": true|false}'})
+        conn = self._conn()
+        try:
+            known = conn.execute("SELECT 1 FROM sessions WHERE session = ?", (session,)).fetchone()
+        finally:
+            conn.close()
+        if not known:
+            return _json(start, "404 Not Found", {"error": f"unknown session {session!r}"})
+        with self._lock:  # one recovery at a time, and the next read scans afresh
+            answer = self.recover(session, bool(body.get("confirm", False)))
+            self._scanned = None
+        return _json(start, "200 OK", answer)
+
+    def _stop(self, session: str, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+        refused = self._refused(environ, start)
+        if refused is not None:
+            return refused
         tp = environ.get("HTTP_TRACEPARENT")
         if tp is not None and not _TRACEPARENT.match(tp):
             return _json(start, "400 Bad Request", {"error": f"bad traceparent {tp!r}"})
