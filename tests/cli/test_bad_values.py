@@ -123,3 +123,26 @@ def test_ingest_from_a_closed_stdin(tmp_path: Path) -> None:
         preexec_fn=lambda: os.close(0),
     )
     one_line_exit_2(result, "standard input is closed")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["serve", "--cors-origin", "nan"], "--cors-origin 'nan': not an origin"),
+        (["serve", "--cors-origin", "https://ui.example/app"], "not an origin"),
+        (["serve", "--cors-origin", "ftp://ui.example"], "not an origin"),
+        (["serve-metrics", "--events", "--cors-origin", "x"], "not an origin"),
+        (["serve-metrics", "--token-file", "nan"], "--token-file nan: it guards POST /v1/events"),
+        (
+            ["serve-metrics", "--cors-origin", "https://a.example"],
+            "--cors-origin https://a.example: it guards",
+        ),
+    ],
+)
+def test_server_options_that_would_be_ignored_or_never_match(
+    ledger: Path, argv: list[str], says: str
+) -> None:
+    """A new sweep of every option with bad values found two that a server took and then ran
+    on: an origin no browser ever sends (``nan``: no page could post), and --token-file where
+    no POST /v1/events is served (the token guarded nothing)."""
+    one_line_exit_2(turnwatch(*argv, "--ledger", str(ledger)), argv[-1], says)

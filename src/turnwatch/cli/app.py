@@ -66,5 +66,24 @@ app.command()(prune.prune)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. A usage error (an unknown option, a value that does not parse)
+    is one line and exit 2, as every other bad input is: not click's usage block."""
+    import sys
+
+    try:
+        code = app(standalone_mode=False)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except typer.Abort:  # Ctrl-C or EOF at a prompt
+        sys.stderr.write("aborted\n")
+        sys.exit(1)
+    except typer.TyperException as exc:
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # no command: the help, as before
+            exc.show()  # type: ignore[attr-defined]
+        else:
+            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            message = " ".join(exc.format_message().split())
+            sys.stderr.write(f"error: {message}{hint}\n")
+        sys.exit(getattr(exc, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)

@@ -66,6 +66,18 @@ def run_server(
     path = ledger_path(ledger)
     read_conn(path).close()  # exit 2 now if the ledger is unusable
     opts = None
+    if not events and (token_file is not None or cors_origin):
+        given = (
+            f"--token-file {token_file}"
+            if token_file is not None
+            else f"--cors-origin {(cors_origin or [''])[0]}"
+        )
+        raise fail(
+            f"{given}: it guards POST /v1/events, which this serves only with --events "
+            "(add --events, or leave it out)"
+        )
+    for origin in cors_origin or ():
+        origin_or_fail(origin)
     if events:
         token = None
         if token_file is not None:
@@ -92,3 +104,28 @@ def run_server(
     except KeyboardInterrupt:
         return
     said_lost(written)
+
+
+def origin_or_fail(origin: str) -> str:
+    """A browser origin as a browser sends it (``https://ui.example:8443``: a scheme, a host,
+    perhaps a port, nothing else); else one line and exit 2."""
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(origin)
+        ok = (
+            u.scheme in ("http", "https")
+            and bool(u.hostname)
+            and u.username is None
+            and u.path == ""
+            and not (u.query or u.fragment)
+            and (u.port is None or 0 < u.port < 65536)
+        )
+    except ValueError:
+        ok = False
+    if not ok:
+        raise fail(
+            f"--cors-origin {origin!r}: not an origin; write it as a browser sends it, "
+            "scheme://host[:port] (https://ui.example:8443)"
+        )
+    return origin
