@@ -90,11 +90,12 @@ def test_the_page_offers_what_can_work_and_recovers_a_pinned_session(
             page.wait_for_function(
                 "() => document.querySelector('#tl-session').textContent.startsWith('idle-19')"
             )
-            wait_until(
-                lambda: 0 <= page.locator("#timeline").bounding_box()["y"] < 800,
-                10,
-                "the timeline in view",
-            )
+
+            def in_view() -> bool:
+                box = page.locator("#timeline").bounding_box()
+                return box is not None and 0 <= box["y"] < 800
+
+            wait_until(in_view, 10, "the timeline in view")
             # 17: Recover lists the plan and asks; accepted, it does what the CLI does.
             page.click('tr[data-session="pinned"] td.id')
             page.wait_for_selector("#tl-verdict code")
@@ -113,12 +114,11 @@ def test_the_page_offers_what_can_work_and_recovers_a_pinned_session(
             )
             assert len(asked) == 1
             assert "would terminate pid" in asked[0], asked
-            for p in tree:
-                wait_until(
-                    lambda p=p: not p.is_running() or p.status() == psutil.STATUS_ZOMBIE,
-                    20,
-                    "the pinned tree ended",
-                )
+
+            def ended() -> bool:
+                return all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in tree)
+
+            wait_until(ended, 20, "the pinned tree ended")
             page.screenshot(
                 path=str(ARTIFACTS / f"live-page-recovered-{width}.png"), full_page=True
             )

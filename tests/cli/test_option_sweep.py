@@ -65,7 +65,7 @@ def test_no_option_takes_a_value_to_a_traceback_or_a_hang(tmp_path: Path) -> Non
     ledger.with_name("none.jsonl").write_text("")
     swept = cases(ledger)
     assert len(swept) > 80  # every command's options, not a few
-    bad = []
+    bad: list[tuple[object, ...]] = []
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         # In a folder of its own: a value taken as a file name (explain --svg x) is written there.
         work = tmp_path / "cwd"

@@ -6,6 +6,7 @@ as known (strict xfail: if one starts passing, the mark must go), each with its 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -244,15 +245,15 @@ class SignalsSent:
         self.got: list[tuple[int, int]] = []
         real_pidfd, real_killpg = signal_module.pidfd_send_signal, os.killpg
 
-        def pidfd_send_signal(fd: int, sig: int, *args: object) -> None:
+        def pidfd_send_signal(fd: int, sig: int, siginfo: None = None, flags: int = 0) -> None:
             with open(f"/proc/self/fdinfo/{fd}") as fh:
                 pid = next(int(ln.split()[1]) for ln in fh if ln.startswith("Pid:"))
             self.got.append((pid, sig))
-            real_pidfd(fd, sig, *args)
+            real_pidfd(fd, sig, siginfo, flags)
 
         def killpg(pgid: int, sig: int) -> None:
             for p in psutil.process_iter():
-                with __import__("contextlib").suppress(psutil.Error):
+                with contextlib.suppress(psutil.Error):
                     if os.getpgid(p.pid) == pgid:
                         self.got.append((p.pid, sig))
             real_killpg(pgid, sig)
