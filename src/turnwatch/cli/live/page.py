@@ -126,6 +126,7 @@ class LivePage:
         self.token = token
         self._scanned: tuple[float, list[view.SessionView]] | None = None
         self._lock = threading.Lock()
+        self._acting = threading.Lock()
         self.assets = assets
 
     def routes(self) -> dict[str, Callable[[dict[str, Any], StartResponse], Iterable[bytes]]]:
@@ -232,8 +233,11 @@ class LivePage:
             conn.close()
         if not known:
             return _json(start, "404 Not Found", {"error": f"unknown session {session!r}"})
-        with self._lock:  # one recovery at a time, and the next read scans afresh
+        # One recovery at a time (its own lock: the page's reads go on meanwhile, a recovery
+        # lasts its grace window), and the next read scans afresh.
+        with self._acting:
             answer = self.recover(session, bool(body.get("confirm", False)))
+        with self._lock:
             self._scanned = None
         return _json(start, "200 OK", answer)
 
