@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnwatch.runtime.model import SessionStatus
-from turnwatch.tracing.ages import ago
+from turnwatch.tracing.ages import age, ago  # noqa: F401 - age: still importable from here
 
 if TYPE_CHECKING:  # the demo pulls in the MCP SDK: a table of sessions must not
     from turnwatch.cli.demo.scenario import DemoReport
