@@ -236,6 +236,44 @@ class CallCgroup:
         return remove(self.path)
 
 
+def sweep_dead(own: Path) -> int:
+    """Remove the parents runtimes that died left behind (``turnwatch-<pid>`` of a pid no
+    longer alive), and their call cgroups, where empty; how many parents went.
+
+    A runtime killed at any point never removes its own, and on a host that restarts runtimes
+    for months they pile up. Only empty ones go: the kernel refuses to remove a cgroup that
+    holds a process (that one is the watchdog's to end, by its membership), and a live pid's
+    parent is left alone, whoever that pid is now.
+    """
+    gone = 0
+    try:
+        parents = [d for d in own.iterdir() if d.name.startswith(PREFIX)]
+    except OSError:
+        return 0
+    for parent in parents:
+        pid = parent.name[len(PREFIX) :]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            leaves = [d for d in parent.iterdir() if d.is_dir()]
+        except OSError:
+            continue
+        for leaf in leaves:
+            remove(leaf)
+        gone += remove(parent)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class CgroupRoot:
     """The parent of this process's call cgroups, once proven usable (:meth:`probe`)."""
 
@@ -262,6 +300,7 @@ class CgroupRoot:
             path.mkdir(exist_ok=True)
         except OSError:
             return None
+        sweep_dead(own)
         root = cls(path, f"{inside.rstrip('/')}/{path.name}")
         if not (path / "cgroup.kill").exists() or not root._can_enter():
             root.close()
