@@ -40,9 +40,9 @@ def ledger_with_everything(tmp: Path, procs: Procs) -> tuple[Path, list[psutil.P
 
 
 def right_edge(page: Any, selector: str) -> float:
-    box = page.locator(selector).bounding_box()
-    assert box is not None, selector
-    return float(box["x"] + box["width"])
+    """Measured in the page in one step: the table is drawn again every poll, and an element
+    found first and measured after may have been replaced meanwhile."""
+    return float(page.locator(selector).evaluate("e => e.getBoundingClientRect().right"))
 
 
 @pytest.mark.parametrize("width", [1280, 800])
