@@ -151,6 +151,11 @@ class Turn:
         """Until every call of the turn is resolved."""
         await self._idle.wait()
 
+    @property
+    def in_flight(self) -> bool:
+        """True while a call of the turn is unresolved."""
+        return not self._idle.is_set()
+
     # --- calls ---
 
     def request(

@@ -1,0 +1,256 @@
+"""LangGraph, wrapped: the ADR's stop for graphs whose tools run in a ``ToolNode``, and a thread
+history that stays valid after it. Requires the ``langgraph`` extra.
+
+A native cancel of a running graph (its task cancelled) leaves a tool's processes running, the
+checkpoint holding an ``AIMessage`` whose tool calls have no answer, and a resume that runs a
+mutating tool again (``../shared/frameworks-next.md``). Wrapped:
+
+- :func:`tool_node` is a ``ToolNode`` whose calls are turnwatch calls of the run's turn (its
+  ``awrap_tool_call`` hook), each by its class: ``turnwatch_class`` in the tool's ``metadata``
+  (``read_only``, ``process``, ``mutating``, ``extension``; unset: ``default_class``), an
+  unknown class refused when the node is built. A ``process`` tool is async and starts its
+  commands with :func:`turnwatch.integrations.wrappers.run_command` (contained, ended within the
+  grace window).
+- :class:`StoppableGraph` runs the compiled graph as one turn of a session
+  (``ainvoke(..., session=)``); ``await runtime.abort(session)`` is the stop. Calls in flight are
+  walked by class: read-only ones discarded, process ones ended within the grace window,
+  mutating and extension ones awaited. **Every call the stop reached gets its ``ToolMessage``**
+  (discarded: stopped by the user; aborted: what it printed before it was ended; completed after
+  the stop: its real result; refused: not run), the tools step is written to the thread's
+  checkpoint, and the run ends there, before the model is asked again: no call is left without
+  an answer, and a resume never runs again a call that ran. A stop while the model runs (no call
+  in flight) cancels the run at once: the checkpoint is then the last step's, whose calls were
+  all answered.
+- A run whose task is cancelled from outside is a stop too (source ``cancel``).
+
+Not yet wrapped: ``create_agent``'s middleware (``AgentMiddleware``, the ``langchain`` package),
+approvals (``interrupt()``), subgraphs' own tool nodes unless built with :func:`tool_node`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+
+from turnwatch.integrations.wrappers import (
+    CLASS_KEY,
+    RUN_TURN,
+    Dispatcher,
+    ToolClassError,
+    declared_class,
+    dispatcher,
+    require_async_process,
+    stop_on_cancel,
+)
+from turnwatch.runtime.model import Outcome, ToolClass, TurnOutcome
+from turnwatch.runtime.runtime import Runtime
+from turnwatch.runtime.session import Turn
+
+__all__ = ["CLASS_KEY", "StoppableGraph", "ToolClassError", "stopped_words", "tool_node"]
+
+Execute = Callable[[ToolCallRequest], Awaitable[Any]]
+
+
+def stopped_words(outcome: Outcome, output: str = "") -> str:
+    """What the model is told of a call the stop reached (its ``ToolMessage``'s content)."""
+    if outcome is Outcome.DISCARDED:
+        return "Stopped by the user: this call's result was discarded."
+    if outcome is Outcome.REFUSED:
+        return "Not run: the user stopped the turn before this call started."
+    if outcome is Outcome.ABORTED:
+        said = f" It printed, before it was ended:\n{output}" if output else ""
+        return "Stopped by the user: this call was ended." + said
+    return f"Stopped by the user ({outcome.value})."
+
+
+class _Hook:
+    """The ``awrap_tool_call`` of a wrapped ``ToolNode``: each call a call of the run's turn."""
+
+    def __init__(self, runtime: Runtime, classes: dict[str, ToolClass], default: ToolClass):
+        self.classes, self.default = classes, default
+        self.dispatch: Dispatcher = dispatcher(runtime.host, "tool_node")
+        self.dispatch.add_tools(list(classes))
+
+    async def __call__(self, request: ToolCallRequest, execute: Execute) -> Any:
+        turn = RUN_TURN.get()
+        if turn is None:  # the node run outside a StoppableGraph: LangGraph's own way
+            return await execute(request)
+        call = request.tool_call
+        name, call_id = call["name"], call["id"] or ""
+        cls = self.classes.get(name, self.default)
+        value, error, result = await self.dispatch.run(
+            turn, name, cls, call_id, call.get("args") or {}, execute, request
+        )
+        if result.outcome in (Outcome.COMPLETED, Outcome.COMPLETED_AFTER_STOP) and value:
+            return value  # its real result, after the stop too
+        if error is not None and result.outcome is Outcome.FAILED:
+            raise error  # the node's own error handling, as without the wrapper
+        return ToolMessage(
+            content=stopped_words(result.outcome, result.output),
+            name=name,
+            tool_call_id=call_id,
+            status="error",
+        )
+
+
+def _class_of(tool: BaseTool, default: ToolClass) -> ToolClass:
+    """The tool's declared class; a process tool must be an async function (``@tool async
+    def``) that starts its commands with ``run_command``."""
+    cls = declared_class(tool.name, tool.metadata, default)
+    require_async_process(tool.name, cls, getattr(tool, "coroutine", None), "run_command")
+    return cls
+
+
+def tool_node(
+    tools: Sequence[BaseTool],
+    runtime: Runtime,
+    *,
+    default_class: ToolClass | str = ToolClass.MUTATING,
+    **kwargs: Any,
+) -> ToolNode:
+    """A ``ToolNode`` over ``tools`` whose calls, in a :class:`StoppableGraph`, are turnwatch
+    calls by class; ``kwargs`` go to ``ToolNode`` (its own ``awrap_tool_call`` is the wrapper's)."""
+    if "awrap_tool_call" in kwargs or "wrap_tool_call" in kwargs:
+        raise TypeError("tool_node sets the node's tool-call hook itself")
+    default = declared_class("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
+    classes = {t.name: _class_of(t, default) for t in tools}
+    return ToolNode(list(tools), awrap_tool_call=_Hook(runtime, classes, default), **kwargs)
+
+
+class StoppableGraph:
+    """A compiled LangGraph graph whose runs stop the ADR's way on ``runtime`` (its tools in a
+    :func:`tool_node`)."""
+
+    def __init__(self, graph: Any, runtime: Runtime) -> None:
+        self.graph, self.runtime = graph, runtime
+
+    async def ainvoke(self, input: Any, config: Any = None, *, session: str, **kwargs: Any) -> Any:
+        """``graph.ainvoke`` as one turn of ``session``: the final state, or the state the stop
+        left (the tools step it reached written, the model not asked again)."""
+        last: Any = None
+        stopped = False
+        async for mode, chunk in self._run(input, config, session, kwargs):
+            if mode == "values":
+                last = chunk
+            elif mode == "stopped":
+                stopped = True
+        if stopped and config is not None and getattr(self.graph, "checkpointer", None):
+            # What the stop left, as the thread's checkpoint holds it (the values chunk of the
+            # tools step may not have come before the run ended).
+            return (await self.graph.aget_state(config)).values
+        return last
+
+    async def _run(
+        self, input: Any, config: Any, session: str, kwargs: dict[str, Any]
+    ) -> AsyncIterator[tuple[str, Any]]:
+        turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
+        stopped = asyncio.Event()
+        turn.on_stop.append(stopped.set)
+        running = RUN_TURN.set(turn)
+        stream = self.graph.astream(
+            input, config, stream_mode=["updates", "values"], **kwargs
+        ).__aiter__()
+        cut = False  # the run's step was cancelled by the stop
+        try:
+            while True:
+                step = asyncio.ensure_future(stream.__anext__())
+                await _first(step, stopped, turn)
+                if not step.done():  # stopped with nothing in flight: the model's step ends
+                    step.cancel()
+                    await asyncio.gather(step, return_exceptions=True)
+                    cut = True
+                    break
+                try:
+                    mode, chunk = step.result()
+                except StopAsyncIteration:
+                    break
+                yield mode, chunk
+                if stopped.is_set() and mode == "updates" and _answers(chunk):
+                    break  # the tools step the stop reached is written: end before the model
+        except asyncio.CancelledError:
+            await stop_on_cancel(self.runtime, turn)
+            raise
+        except BaseException:
+            await turn.finish(TurnOutcome.FAILED)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+            turn.on_stop.remove(stopped.set)
+            RUN_TURN.reset(running)
+        if stopped.is_set():
+            if cut:
+                await self._answer_dangling(config)
+            yield "stopped", None
+        await turn.finish()
+
+    async def _answer_dangling(self, config: Any) -> None:
+        """A stop that cut the run between the model's tool calls and their step (nothing in
+        flight yet) left them unanswered in the checkpoint: each gets its ``ToolMessage``, "not
+        run", written as the tools step would have, so the history stays valid."""
+        if config is None or not getattr(self.graph, "checkpointer", None):
+            return
+        state = await self.graph.aget_state(config)
+        messages = state.values.get("messages", []) if isinstance(state.values, dict) else []
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+        missing = [c for c in (last.tool_calls if last else []) if c["id"] not in answered]
+        if missing:
+            node = next(
+                (
+                    n
+                    for n, v in self.graph.nodes.items()
+                    if isinstance(getattr(v, "bound", None), ToolNode)
+                ),
+                None,
+            )
+            await self.graph.aupdate_state(
+                config,
+                {
+                    "messages": [
+                        ToolMessage(
+                            content=stopped_words(Outcome.REFUSED),
+                            name=c["name"],
+                            tool_call_id=c["id"] or "",
+                            status="error",
+                        )
+                        for c in missing
+                    ]
+                },
+                as_node=node,  # as the tools step would have: next, the model
+            )
+
+
+def _answers(chunk: Any) -> bool:
+    """An ``updates`` chunk of a tools step: some node's update holds ``ToolMessage``s."""
+    if not isinstance(chunk, dict):
+        return False
+    for update in chunk.values():
+        found = update.get("messages") if isinstance(update, dict) else None
+        if isinstance(found, list) and any(isinstance(m, ToolMessage) for m in found):
+            return True
+    return False
+
+
+async def _first(step: asyncio.Future[Any], stopped: asyncio.Event, turn: Turn) -> None:
+    """Until the graph's next chunk, or the stop while none of the turn's calls is in flight
+    (then the model's step is what runs: it is cancelled). With calls in flight, the walk
+    resolves them and the tools step ends with their answers."""
+    while not step.done():
+        waiter = asyncio.ensure_future(stopped.wait())
+        try:
+            await asyncio.wait((step, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if step.done():
+            return
+        if not turn.in_flight:
+            return
+        await asyncio.wait((step,))

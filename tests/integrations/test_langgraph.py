@@ -1,0 +1,324 @@
+"""LangGraph, native and wrapped, side by side: a graph of a model node and a ``ToolNode``, the
+model scripted (langchain-core's fake chat model), the tools real (a TERM-ignoring process tree,
+a slow read, a write), the checkpoint LangGraph's own (``InMemorySaver`` and the SQLite one).
+
+Native, a cancel of the run leaves the tree running, the checkpoint with unanswered tool calls,
+and a resume that runs the write again. Wrapped, ``rt.abort()`` returns once each call is released
+under its policy, every call has its answer in the checkpoint, and a resume runs nothing again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from tests.conftest import until
+from turnwatch import names
+from turnwatch.integrations.langgraph import StoppableGraph, ToolClassError, tool_node
+from turnwatch.integrations.wrappers import run_command
+from turnwatch.runtime import MemorySink, Receipt, Runtime
+from turnwatch.runtime.tools.proctree import CALL_MARKER
+from turnwatch.testing import check_invariants
+
+TERM_IGNORING_TREE = "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60; wait"
+CALLS = [
+    {"id": "r1", "name": "look", "args": {"q": "x"}},
+    {"id": "p1", "name": "sh", "args": {}},
+    {"id": "w1", "name": "write", "args": {"text": "a"}},
+]
+
+
+class Scripted(GenericFakeChatModel):
+    """The fake chat model, able to drive a ToolNode (it has no ``bind_tools`` of its own)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+def classed(cls: str) -> Callable[[BaseTool], BaseTool]:
+    """The tool's turnwatch class, in its metadata (as LangChain tools carry it)."""
+
+    def mark(t: BaseTool) -> BaseTool:
+        t.metadata = {**(t.metadata or {}), "turnwatch_class": cls}
+        return t
+
+    return mark
+
+
+def marked_alive(session: str) -> list[psutil.Process]:
+    """Live processes a call of ``session`` started (its marker is in their environment)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            marker = p.environ().get(CALL_MARKER, "")
+            if marker.startswith(f"{session}/") and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+class Tools:
+    """The three tools, and what they did."""
+
+    def __init__(self, *, native: bool = False) -> None:
+        self.started: list[str] = []  # the write's side effect began
+        self.written: list[str] = []
+        self.model_calls = 0
+        self.spawned: list[asyncio.subprocess.Process] = []
+
+        @classed("read_only")
+        @tool
+        async def look(q: str) -> str:
+            """a slow read"""
+            await asyncio.sleep(30)
+            return "found"
+
+        @classed("process")
+        @tool
+        async def sh() -> str:
+            """a shell command that ignores SIGTERM"""
+            if native:  # as a LangGraph tool runs a command: nothing ties it to the call
+                env = {**os.environ, CALL_MARKER: "native/p1"}
+                proc = await asyncio.create_subprocess_exec(
+                    "bash", "-c", TERM_IGNORING_TREE, env=env
+                )
+                self.spawned.append(proc)
+                await proc.wait()
+                return "done"
+            return (await run_command(["bash", "-c", TERM_IGNORING_TREE])).output
+
+        @classed("mutating")
+        @tool
+        async def write(text: str) -> str:
+            """a write that takes a while"""
+            self.started.append(text)
+            await asyncio.sleep(0.5)
+            self.written.append(text)
+            return "written"
+
+        self.all: list[BaseTool] = [look, sh, write]
+
+    def graph(self, node: ToolNode, checkpointer: Any) -> Any:
+        model = Scripted(
+            messages=iter(
+                [AIMessage(content="", tool_calls=CALLS)] + [AIMessage(content="done")] * 3
+            )
+        )
+
+        async def agent(state: MessagesState) -> dict[str, Any]:
+            self.model_calls += 1
+            return {"messages": [await model.ainvoke(state["messages"])]}
+
+        g = StateGraph(MessagesState)
+        g.add_node("agent", agent)
+        g.add_node("tools", node)
+        g.add_edge(START, "agent")
+        g.add_conditional_edges("agent", lambda s: "tools" if s["messages"][-1].tool_calls else END)
+        g.add_edge("tools", "agent")
+        return g.compile(checkpointer=checkpointer)
+
+
+def unanswered(messages: list[Any]) -> set[str]:
+    """Tool calls of the history no ToolMessage answers (an invalid chat history)."""
+    asked = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    answered = {str(m.tool_call_id) for m in messages if isinstance(m, ToolMessage)}
+    return {str(i) for i in asked} - answered
+
+
+@pytest.fixture
+def rt(runtime: Runtime) -> Runtime:
+    return runtime
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """LangGraph's in-memory checkpointer, and its SQLite one (a real file)."""
+    if request.param == "memory":
+        yield InMemorySaver()
+        return
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "checkpoints.sqlite3")) as saver:
+        yield saver
+
+
+async def test_native_a_cancelled_run_leaves_the_tree_the_calls_unanswered_and_reruns_the_write(
+    checkpointer: Any,
+) -> None:
+    t = Tools(native=True)
+    app = t.graph(ToolNode(t.all), checkpointer)
+    cfg = {"configurable": {"thread_id": "n"}}
+    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg))
+    try:
+        await until(lambda: len(marked_alive("native")) >= 3 and t.started, what="the tools")
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        assert len(marked_alive("native")) >= 3  # the tree runs on
+        state = await app.aget_state(cfg)
+        assert unanswered(state.values["messages"]) == {"r1", "p1", "w1"}
+        assert state.next == ("tools",)
+        for proc in t.spawned:  # (the resume would wait on it)
+            _kill_tree(proc.pid)
+        resumed = asyncio.ensure_future(app.ainvoke(None, cfg))
+        await until(lambda: len(t.started) == 2, what="the resume to run the write again")
+        assert t.started == ["a", "a"]  # the write began twice
+        resumed.cancel()
+        await asyncio.gather(resumed, return_exceptions=True)
+    finally:
+        for proc in t.spawned:
+            _kill_tree(proc.pid)
+            await proc.wait()
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        p = psutil.Process(pid)
+        for c in [*p.children(recursive=True), p]:
+            c.kill()
+    except psutil.Error:
+        pass
+
+
+async def test_wrapped_every_call_is_answered_nothing_runs_on_and_a_resume_reruns_nothing(
+    rt: Runtime, sink: MemorySink, checkpointer: Any
+) -> None:
+    t = Tools()
+    app = StoppableGraph(t.graph(tool_node(t.all, rt), checkpointer), rt)
+    cfg = {"configurable": {"thread_id": "w"}}
+    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="s"))
+    await until(lambda: len(marked_alive("s")) >= 3, what="the tree to start")
+    assert await rt.abort("s") is Receipt.ACCEPTED
+    assert marked_alive("s") == []  # abort() returned: nothing of the process call outlived it
+    assert t.written == ["a"]  # the write was awaited to its end
+    final = await asyncio.wait_for(run, 10)
+    assert t.model_calls == 1  # the model was not asked again after the stop
+    messages = final["messages"]
+    assert unanswered(messages) == set()  # a valid history
+    said = {
+        m.tool_call_id: (m.status, str(m.content)) for m in messages if isinstance(m, ToolMessage)
+    }
+    assert said["w1"] == ("success", "written")  # completed after the stop: its real result
+    assert said["r1"][0] == "error"
+    assert "discarded" in said["r1"][1]
+    assert "ended" in said["p1"][1]
+    state = await app.graph.aget_state(cfg)
+    assert unanswered(state.values["messages"]) == set()  # so is the checkpoint's
+    # A resume asks the model, and runs no call again.
+    resumed = await app.ainvoke(None, cfg, session="s")
+    assert t.started == t.written == ["a"]
+    assert isinstance(resumed["messages"][-1], AIMessage)
+    ended = {
+        str(e.call): e.attrs.get("outcome")
+        for e in sink
+        if e.kind == names.TOOL_FINISHED and e.call is not None
+    }
+    assert ended["w1"] == "completed_after_stop"
+    assert ended["p1"] == "aborted"
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_stop_while_the_model_runs_ends_the_run_with_a_valid_history(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    gate = asyncio.Event()
+    t = Tools()
+
+    class Slow(Scripted):
+        async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+            await gate.wait()
+            return await super()._agenerate(*args, **kwargs)
+
+    app_graph = t.graph(tool_node(t.all, rt), InMemorySaver())
+    app = StoppableGraph(app_graph, rt)
+    cfg = {"configurable": {"thread_id": "m"}}
+    model = Slow(messages=iter([AIMessage(content="late")]))
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_edge(START, "agent")
+    g.add_edge("agent", END)
+    app = StoppableGraph(g.compile(checkpointer=InMemorySaver()), rt)
+    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="m"))
+    await asyncio.sleep(0.2)
+    assert await rt.abort("m") is Receipt.ACCEPTED
+    final = await asyncio.wait_for(run, 5)  # ended at once: the model's step was cancelled
+    assert final is None or unanswered(final["messages"]) == set()
+    assert [e.attrs.get("outcome") for e in sink if e.kind == names.TURN_SETTLED] == ["aborted"]
+
+
+def test_an_unknown_class_is_refused_when_the_node_is_built(rt: Runtime) -> None:
+    @classed("sometimes")
+    @tool
+    async def odd() -> str:
+        """odd"""
+        return ""
+
+    with pytest.raises(ToolClassError, match="sometimes"):
+        tool_node([odd], rt)
+
+    @classed("process")
+    @tool
+    def sync_sh() -> str:
+        """a sync process tool: its commands could not be contained"""
+        return ""
+
+    with pytest.raises(ToolClassError, match="must be async"):
+        tool_node([sync_sh], rt)
+
+
+async def test_a_stop_between_the_models_calls_and_their_step_answers_them_not_run(
+    rt: Runtime, sink: MemorySink, checkpointer: Any
+) -> None:
+    """The stop lands after the model asked for tools and before their step began (a node in
+    between: a guard, a router). Nothing is in flight, so the run is cancelled at once; the
+    checkpoint then held an AIMessage with unanswered calls, which each get "not run"."""
+    t = Tools()
+    hold = asyncio.Event()
+    model = Scripted(messages=iter([AIMessage(content="", tool_calls=CALLS), AIMessage("ok")]))
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    async def guard(state: MessagesState) -> dict[str, Any]:
+        hold.set()
+        await asyncio.sleep(30)
+        return {}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_node("guard", guard)
+    g.add_node("tools", tool_node(t.all, rt))
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", lambda s: "guard" if s["messages"][-1].tool_calls else END)
+    g.add_edge("guard", "tools")
+    g.add_edge("tools", "agent")
+    app = StoppableGraph(g.compile(checkpointer=checkpointer), rt)
+    cfg = {"configurable": {"thread_id": "g"}}
+    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="g"))
+    await asyncio.wait_for(hold.wait(), 10)
+    assert await rt.abort("g") is Receipt.ACCEPTED
+    final = await asyncio.wait_for(run, 10)
+    assert unanswered(final["messages"]) == set()
+    said = [str(m.content) for m in final["messages"] if isinstance(m, ToolMessage)]
+    assert len(said) == 3
+    assert all(w.startswith("Not run") for w in said)
+    assert t.started == []  # no call ran
+    state = await app.graph.aget_state(cfg)
+    assert state.next == ("agent",)  # as after a tools step: a resume asks the model
