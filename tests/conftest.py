@@ -26,6 +26,16 @@ from turnwatch.runtime.cgroup import CgroupRoot
 GRACE = 0.6
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A run started in the background of a non-interactive shell (``nohup make test &``, some
+    CI runners) inherits SIGINT ignored, and so does every program the tests start: their
+    Ctrl-C, the way the tests stop them as a person does, then did nothing, and they were
+    killed after a wait (``demo --web`` leaving its restarted turn's processes behind,
+    ``ingest --follow`` timing out). Ignoring is inherited across exec, a handler is not."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @functools.cache
 def _cgroups() -> bool:
     root = CgroupRoot.probe()
