@@ -10,7 +10,10 @@ under its policy, every call has its answer in the checkpoint, and a resume runs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -77,7 +80,7 @@ class Tools:
         self.started: list[str] = []  # the write's side effect began
         self.written: list[str] = []
         self.model_calls = 0
-        self.spawned: list[asyncio.subprocess.Process] = []
+        self.spawned: list[subprocess.Popen[bytes]] = []
 
         @classed("read_only")
         @tool
@@ -90,15 +93,17 @@ class Tools:
         @tool
         async def sh() -> str:
             """a shell command that ignores SIGTERM"""
-            if native:  # as a LangGraph tool runs a command: nothing ties it to the call
-                env = {**os.environ, CALL_MARKER: "native/p1"}
-                proc = await asyncio.create_subprocess_exec(
-                    "bash", "-c", TERM_IGNORING_TREE, env=env
-                )
-                self.spawned.append(proc)
-                await proc.wait()
-                return "done"
             return (await run_command(["bash", "-c", TERM_IGNORING_TREE])).output
+
+        @tool("sh")
+        def native_sh() -> str:
+            """a shell command that ignores SIGTERM, as a LangGraph tool runs one (in a thread
+            of the pool; nothing ties the command to the call)"""
+            env = {**os.environ, CALL_MARKER: "native/p1"}
+            proc = subprocess.Popen(["bash", "-c", TERM_IGNORING_TREE], env=env)
+            self.spawned.append(proc)
+            proc.wait()
+            return "done"
 
         @classed("mutating")
         @tool
@@ -109,7 +114,7 @@ class Tools:
             self.written.append(text)
             return "written"
 
-        self.all: list[BaseTool] = [look, sh, write]
+        self.all: list[BaseTool] = [look, native_sh if native else sh, write]
 
     def graph(self, node: ToolNode, checkpointer: Any) -> Any:
         model = Scripted(
@@ -171,26 +176,32 @@ async def test_native_a_cancelled_run_leaves_the_tree_the_calls_unanswered_and_r
         state = await app.aget_state(cfg)
         assert unanswered(state.values["messages"]) == {"r1", "p1", "w1"}
         assert state.next == ("tools",)
-        for proc in t.spawned:  # (the resume would wait on it)
-            _kill_tree(proc.pid)
+        _end(t)  # (the resume would wait on it)
         resumed = asyncio.ensure_future(app.ainvoke(None, cfg))
-        await until(lambda: len(t.started) == 2, what="the resume to run the write again")
+        await until(
+            lambda: len(t.started) == 2 and len(t.spawned) == 2,
+            what="the resume to run the write and the command again",
+        )
         assert t.started == ["a", "a"]  # the write began twice
         resumed.cancel()
         await asyncio.gather(resumed, return_exceptions=True)
     finally:
-        for proc in t.spawned:
-            _kill_tree(proc.pid)
-            await proc.wait()
+        _end(t)
 
 
-def _kill_tree(pid: int) -> None:
-    try:
-        p = psutil.Process(pid)
-        for c in [*p.children(recursive=True), p]:
-            c.kill()
-    except psutil.Error:
-        pass
+def _end(t: Tools) -> None:
+    """Every process the native tool started (by its marker: their parents may be gone), and
+    each reaped, so none is left for the next test to find."""
+    for _ in range(100):  # again until none is left: a shell may fork as it is killed
+        left = marked_alive("native")
+        if not left:
+            break
+        for p in left:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        time.sleep(0.05)
+    for proc in t.spawned:
+        proc.wait()
 
 
 async def test_wrapped_every_call_is_answered_nothing_runs_on_and_a_resume_reruns_nothing(
