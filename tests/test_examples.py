@@ -36,3 +36,17 @@ def test_the_framework_examples_stop_their_run_the_adrs_way(tmp_path: Path, exam
     }
     conn.close()
     assert rows == {"sh-1": "aborted", "save-1": "completed_after_stop"}
+
+
+def test_the_programs_the_tests_start_can_be_interrupted() -> None:
+    """Their Ctrl-C is how the tests stop them, as a person does: SIGINT is not ignored in what
+    the tests start, even when the run itself was started in the background with SIGINT
+    ignored (tests/conftest.py)."""
+    shown = subprocess.run(
+        [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT).__name__)"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+    assert shown == "default_int_handler"

@@ -157,7 +157,7 @@ def build(
             )
         )
     if row is not None and row.turn == turn:
-        hold = what_holds(conn, session, cfg=cfg, now=now)  # what recover acts on, too
+        hold = what_holds(conn, session, cfg=cfg, now=now, row=row)  # as recover asks it
         ex.findings, ex.reasons, ex.verdict = hold.findings, hold.reasons(now, cfg), hold.verdict()
         ex.recoverable = hold.recoverable
     return ex

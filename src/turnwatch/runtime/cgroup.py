@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from turnwatch.runtime import procfs
+
 #: The process tool's argv is run through this shell line: it writes its own pid into the call's
 #: ``cgroup.procs`` (moving itself), then execs the tool, which keeps the pid. ``$0`` is the file.
 _ENTER = 'echo $$ > "$0" || exit 125; exec "$@"'
@@ -252,7 +254,7 @@ def sweep_dead(own: Path) -> int:
         return 0
     for parent in parents:
         pid = parent.name[len(PREFIX) :]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or procfs.read(int(pid)) is not None:
             continue
         try:
             leaves = [d for d in parent.iterdir() if d.is_dir()]
@@ -262,16 +264,6 @@ def sweep_dead(own: Path) -> int:
             remove(leaf)
         gone += remove(parent)
     return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class CgroupRoot:

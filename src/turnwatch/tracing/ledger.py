@@ -118,6 +118,15 @@ class _Gap:
         return Event(names.LEDGER_GAP, session, self.to_ts, attrs=attrs)
 
 
+def _note_gap(gaps: dict[str, _Gap], ev: Event, why: str | None) -> None:
+    """``ev`` was lost: counted in its session's gap."""
+    gap = gaps.get(ev.session)
+    if gap is None:
+        gaps[ev.session] = _Gap(1, ev.ts_unix, ev.ts_unix, why)
+    else:
+        gap.add(ev.ts_unix)
+
+
 class Ledger:
     """The writer side: ``append`` enqueues, a thread commits. Use as an event sink.
 
@@ -212,11 +221,7 @@ class Ledger:
         with self._lock:
             self.lost += 1
             self.lost_why = why
-            gap = self._dropped.get(event.session)
-            if gap is None:
-                self._dropped[event.session] = _Gap(1, event.ts_unix, event.ts_unix, why)
-            else:
-                gap.add(event.ts_unix)
+            _note_gap(self._dropped, event, why)
             said, self._dropping = self._dropping, True
         if not said:  # once per episode; the writer says the total when it catches up
             log.error("turnwatch ledger %s: %s; dropping new events", self.path, why)
@@ -380,11 +385,7 @@ class Ledger:
             for _ in range(over):
                 ev, _key = self._backlog.popleft()
                 self._read.pop(id(ev), None)
-                gap = self._gaps.get(ev.session)
-                if gap is None:
-                    self._gaps[ev.session] = _Gap(1, ev.ts_unix, ev.ts_unix, self.failing)
-                else:
-                    gap.add(ev.ts_unix)
+                _note_gap(self._gaps, ev, self.failing)
             self._lose(over, f"{self.failing}: more than {BACKLOG_MAX} events waited")
 
     def _drain(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from turnwatch.runtime.model import FindingKind, SessionStatus
 from turnwatch.tracing import view
 from turnwatch.tracing.ages import age
+from turnwatch.tracing.view import SessionView
 from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, scan
 
 
@@ -75,21 +76,25 @@ def what_holds(
     cfg: Config = DEFAULT_CONFIG,
     now: float | None = None,
     findings: Sequence[Finding] | None = None,
+    row: SessionView | None = None,
 ) -> Hold:
     """What holds ``session``: the findings (the watchdog's, if given, else one scan's) and the
-    calls of its live turn that have not returned and no finding covers."""
+    calls of its live turn that have not returned and no finding covers (``row``: the
+    session's view, if the caller has read it already)."""
     now = time.time() if now is None else now
     if findings is None:
         findings = scan(conn, cfg=cfg, now=now).findings
     hold = Hold(session, [f for f in findings if f.session == session])
-    rows = view.sessions(conn, only=session, now=now, th=cfg)
-    if not rows or rows[0].state is SessionStatus.IDLE:
+    if row is None:
+        rows = view.sessions(conn, only=session, now=now, th=cfg)
+        row = rows[0] if rows else None
+    if row is None or row.state is SessionStatus.IDLE:
         return hold
     covered = {f.call for f in hold.findings}
     hold.waiting = [
         Waiting(c.tool or "?", c.call, c.tool_class or "?")
-        for c in rows[0].calls
-        if c.turn == rows[0].turn
+        for c in row.calls
+        if c.turn == row.turn
         and c.ended_ts is None
         and c.started_ts is not None
         and c.call not in covered

@@ -108,9 +108,9 @@ class Follower:
         self.report = Report()
         self.files: dict[Path, _File] = {}
         # Files reported vanished (not opened again while still listed), and files let go for
-        # quiet: (size, mtime) when let go, and the format. Both only of files still listed.
+        # quiet: (size, mtime) when let go. Both only of files still listed.
         self._gone: set[Path] = set()
-        self._quiet: dict[Path, tuple[tuple[int, int], str]] = {}
+        self._quiet: dict[Path, tuple[int, int]] = {}
         self._discovered_at = -1e9
 
     # --- the loop's one step ---
@@ -151,7 +151,7 @@ class Follower:
                     continue
                 quiet = self._quiet.get(path)
                 if quiet is not None:
-                    if not self._woke(path, quiet[0]):
+                    if not self._woke(path, quiet):
                         continue
                     del self._quiet[path]
                     self._open(path, fmt)  # from its checkpoint, as at a restart
@@ -211,7 +211,7 @@ class Follower:
         tells that it grew."""
         self.report.unknown.update(f.tr.unknown)
         del self.files[f.path]
-        self._quiet[f.path] = (f.seen, f.tr.source)
+        self._quiet[f.path] = f.seen
 
     def _step(self, f: _File, now: float, final: bool) -> None:
         try:
