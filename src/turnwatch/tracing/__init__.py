@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from turnwatch._lazy import exports
 
 if TYPE_CHECKING:
+    from turnwatch.tracing.eventlines import EventLines as EventLines
     from turnwatch.tracing.ingest import BadLine as BadLine
     from turnwatch.tracing.ingest import IngestReport as IngestReport
     from turnwatch.tracing.ingest import ingest as ingest

@@ -24,9 +24,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Step, StepReader
+from turnwatch.tracing.gaps import Gap as _Gap
+from turnwatch.tracing.gaps import note_gap as _note_gap
 from turnwatch.tracing.ledger_file import (
     APPLICATION,
     BUSY_TIMEOUT_S,
@@ -87,44 +88,6 @@ class _Meta:
 
     key: str
     value: str
-
-
-@dataclass(slots=True)
-class _Gap:
-    """Events of one session the writer lost: how many, from when to when, and why."""
-
-    lost: int
-    from_ts: float
-    to_ts: float
-    why: str | None
-
-    def add(self, ts: float) -> None:
-        self.lost += 1
-        self.from_ts, self.to_ts = min(self.from_ts, ts), max(self.to_ts, ts)
-
-    def merge(self, other: _Gap) -> None:
-        self.lost += other.lost
-        self.from_ts = min(self.from_ts, other.from_ts)
-        self.to_ts = max(self.to_ts, other.to_ts)
-
-    def event(self, session: str) -> Event:
-        attrs: dict[str, object] = {
-            names.K_LOST: self.lost,
-            names.K_FROM_TS: self.from_ts,
-            names.K_TO_TS: self.to_ts,
-        }
-        if self.why:
-            attrs[names.K_REASON] = self.why
-        return Event(names.LEDGER_GAP, session, self.to_ts, attrs=attrs)
-
-
-def _note_gap(gaps: dict[str, _Gap], ev: Event, why: str | None) -> None:
-    """``ev`` was lost: counted in its session's gap."""
-    gap = gaps.get(ev.session)
-    if gap is None:
-        gaps[ev.session] = _Gap(1, ev.ts_unix, ev.ts_unix, why)
-    else:
-        gap.add(ev.ts_unix)
 
 
 class Ledger:
