@@ -362,3 +362,34 @@ async def test_the_answer_a_recoverys_kill_causes_is_not_activity_after_settle(
     )
     rec.close()
     assert (names.F_ACTIVITY_AFTER_SETTLE in kinds(path)) is not recovered
+
+
+@pytest.mark.parametrize("runtime_end_ago", [9.0, 3.0])
+async def test_a_runtimes_own_record_arriving_behind_a_recovery_is_not_activity_after_settle(
+    tmp_path: Path, runtime_end_ago: float
+) -> None:
+    """The ledger's writer lagged (an ``ingest --follow`` that died): the watchdog, finding the
+    runtime gone, recorded its own settlement; then the runtime's own record of the stop it had
+    finished before dying arrived behind it. An end recorded earlier than the one the ledger
+    holds arrived late, it did not happen late: no finding. An end after it is still one (the
+    chaos test's writer victim: ``watch --once`` reported this forever, exit 1)."""
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    rec.runtime()
+    call = {"turn": "s.t1", "call": "s.c1", "tool": "Bash"}
+    rec("turn.started", turn="s.t1", ago=30)
+    rec("tool.requested", **call, ago=30, attrs={"class": "process"})
+    rec("tool.started", **call, ago=30, attrs={"pid": 999_999, "create_time": 1.0})
+    by_dog = {"settled_by": "watchdog"}
+    rec("tool.finished", **call, ago=6, attrs={"outcome": "aborted", **by_dog})
+    for kind in ("turn.settled", "abort.rpc.returned", "processing.cleared"):
+        rec(kind, turn="s.t1", ago=6, attrs={"outcome": "aborted", **by_dog})
+    # The runtime's own record, written behind the watchdog's.
+    rec("abort.rpc.received", turn="s.t1", ago=10, attrs={"source": "ui", "receipt": "accepted"})
+    rec("tools.abort.sent", **call, ago=10, attrs={"policy": "grace", "source": "ui"})
+    done = {"outcome": "aborted", "status": "aborted", "error": "TOOL_ABORTED"}
+    rec("tool.finished", **call, ago=runtime_end_ago, attrs=done)
+    rec("turn.settled", turn="s.t1", ago=runtime_end_ago, attrs={"outcome": "aborted"})
+    rec.close()
+    late = runtime_end_ago < 6  # after the end the ledger held: a result that outlived it
+    assert (names.F_ACTIVITY_AFTER_SETTLE in kinds(path)) is late

@@ -530,6 +530,11 @@ def _ended(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
     if c.ended_ts is not None:
         if ev.kind != names.TOOL_FINISHED:
             return _NONE
+        if ev.ts_unix <= c.ended_ts:
+            # An end from before the one recorded arrived late, it did not happen late: the
+            # runtime's own record, written behind a watchdog's stand-in for it (its writer had
+            # lagged, the runtime died after its stop). Nothing ran past anyone's wait.
+            return _NONE
         if c.reaped_ts is None:
             c.late_ts = ev.ts_unix  # a second end: a result that outlived the runtime's wait
         return (Move.LATE,)
