@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -24,6 +25,18 @@ from turnwatch.runtime.cgroup import CgroupRoot
 
 #: Every test grace window is short; one test checks the default.
 GRACE = 0.6
+
+#: This test run's token, in the environment of every process the run starts (inherited): the
+#: helpers that find a call's processes by its marker count this run's only. Another suite on
+#: the same machine (a second checkout's ``make test``, a chaos run's marked canaries) was
+#: counted as this one's leftovers, and failed tests that had left nothing.
+RUN_TOKEN = "TURNWATCH_TEST_RUN"
+os.environ.setdefault(RUN_TOKEN, uuid.uuid4().hex)
+
+
+def this_run(env: Mapping[str, str]) -> bool:
+    """Whether a process's environment ``env`` says this test run started it."""
+    return env.get(RUN_TOKEN) == os.environ[RUN_TOKEN]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -9,6 +9,7 @@ the click's trace, under the click. A screenshot of the page after the stops is 
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import urllib.error
@@ -30,7 +31,7 @@ from tests.cli.browser import (
     serving,
     stop_in_browser,
 )
-from tests.conftest import Procs, wait_until
+from tests.conftest import RUN_TOKEN, Procs, wait_until
 from tests.watchdog.test_cross_process import spawn_runtime
 from turnwatch import names
 from turnwatch.runtime.events import Event
@@ -65,10 +66,12 @@ def browser_idle(demo: LiveDemo, session: str) -> list[Event]:
 def web_processes() -> list[int]:
     """Live processes started by a call of the live demo (its calls' marker is in their env)."""
     out = []
+    run = f"{RUN_TOKEN}={os.environ[RUN_TOKEN]}".encode()  # this test run's, not another's
     for pid in psutil.pids():
         try:
             with open(f"/proc/{pid}/environ", "rb") as fh:
-                if f"{CALL_MARKER}=web-".encode() in fh.read():
+                env = fh.read()
+                if f"{CALL_MARKER}=web-".encode() in env and run in env:
                     out.append(pid)
         except OSError:
             continue

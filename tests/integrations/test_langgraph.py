@@ -27,7 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from tests.conftest import until
+from tests.conftest import this_run, until
 from turnwatch import names
 from turnwatch.integrations.langgraph import StoppableGraph, ToolClassError, tool_node
 from turnwatch.integrations.wrappers import run_command
@@ -65,8 +65,13 @@ def marked_alive(session: str) -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter():
         try:
-            marker = p.environ().get(CALL_MARKER, "")
-            if marker.startswith(f"{session}/") and p.status() != psutil.STATUS_ZOMBIE:
+            env = p.environ()
+            marker = env.get(CALL_MARKER, "")
+            if (
+                marker.startswith(f"{session}/")
+                and this_run(env)
+                and p.status() != psutil.STATUS_ZOMBIE
+            ):
                 out.append(p)
         except psutil.Error:
             continue

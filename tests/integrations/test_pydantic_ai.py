@@ -36,7 +36,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
-from tests.conftest import GRACE, release_when_read, until
+from tests.conftest import GRACE, release_when_read, this_run, until
 from turnwatch import names
 from turnwatch.integrations.pydantic_ai import (
     STOPPED,
@@ -80,7 +80,8 @@ def marked_alive() -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter():
         try:
-            if CALL_MARKER in p.environ() and p.status() != psutil.STATUS_ZOMBIE:
+            env = p.environ()
+            if CALL_MARKER in env and this_run(env) and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(p)
         except psutil.Error:
             continue

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import Procs, release_fifo
+from tests.conftest import Procs, release_fifo, this_run
 from turnwatch import names
 from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.testing import check_invariants
@@ -58,8 +58,11 @@ def marked(session: str) -> list[int]:
     out = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get(CALL_MARKER, "").startswith(f"{session}/") and (
-                p.status() != psutil.STATUS_ZOMBIE
+            env = p.environ()
+            if (
+                env.get(CALL_MARKER, "").startswith(f"{session}/")
+                and this_run(env)
+                and p.status() != psutil.STATUS_ZOMBIE
             ):
                 out.append(p.pid)
         except psutil.Error:
