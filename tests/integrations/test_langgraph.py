@@ -337,3 +337,52 @@ async def test_a_stop_between_the_models_calls_and_their_step_answers_them_not_r
     assert t.started == []  # no call ran
     state = await app.graph.aget_state(cfg)
     assert state.next == ("agent",)  # as after a tools step: a resume asks the model
+
+
+@pytest.mark.parametrize("mode", ["updates", ["updates", "values"]])
+async def test_wrapped_astream_ends_after_the_answers_the_stop_wrote(
+    rt: Runtime, sink: MemorySink, checkpointer: Any, mode: Any
+) -> None:
+    """A consumer of ``astream`` sees the chunks of its own modes up to the stop: the model's
+    step, then the tools step that answers every call (its real outcome each), and the stream
+    ends there, the model not asked again, nothing left running, the checkpoint valid."""
+    t = Tools()
+    app = StoppableGraph(t.graph(tool_node(t.all, rt), checkpointer), rt)
+    cfg = {"configurable": {"thread_id": "a"}}
+    got: list[Any] = []
+
+    async def consume() -> None:
+        async for chunk in app.astream(
+            {"messages": [("user", "go")]}, cfg, session="s", stream_mode=mode
+        ):
+            got.append(chunk)
+
+    run = asyncio.ensure_future(consume())
+    await until(lambda: len(marked_alive("s")) >= 3, what="the tree to start")
+    assert await rt.abort("s") is Receipt.ACCEPTED
+    assert marked_alive("s") == []
+    await asyncio.wait_for(run, 10)
+    assert t.model_calls == 1
+    pairs = got if isinstance(mode, list) else [("updates", c) for c in got]
+    assert {m for m, _c in pairs} == set(mode if isinstance(mode, list) else [mode])
+    updates = [c for m, c in pairs if m == "updates"]
+    assert [next(iter(u)) for u in updates] == ["agent", "tools"]  # and nothing after
+    answers = {m.tool_call_id: m for m in updates[-1]["tools"]["messages"]}
+    assert set(answers) == {"r1", "p1", "w1"}
+    assert str(answers["w1"].content) == "written"  # completed after the stop
+    assert "ended" in str(answers["p1"].content)
+    state = await app.graph.aget_state(cfg)
+    assert unanswered(state.values["messages"]) == set()
+    assert check_invariants(list(sink)) == []
+
+
+@pytest.mark.parametrize("kw", [{"subgraphs": True}, {"version": "v2"}])
+async def test_astream_refuses_what_it_cannot_read_before_it_starts(
+    rt: Runtime, kw: dict[str, Any]
+) -> None:
+    t = Tools()
+    app = StoppableGraph(t.graph(tool_node(t.all, rt), InMemorySaver()), rt)
+    with pytest.raises(TypeError, match="v1 chunks of the parent graph"):
+        async for _ in app.astream({"messages": []}, None, session="s", **kw):
+            pass
+    assert t.model_calls == 0

@@ -12,7 +12,8 @@ mutating tool again (``../shared/frameworks-next.md``). Wrapped:
   commands with :func:`turnwatch.integrations.wrappers.run_command` (contained, ended within the
   grace window).
 - :class:`StoppableGraph` runs the compiled graph as one turn of a session
-  (``ainvoke(..., session=)``); ``await runtime.abort(session)`` is the stop. Calls in flight are
+  (``ainvoke(..., session=)``, ``astream(..., session=)``); ``await runtime.abort(session)`` is
+  the stop. Calls in flight are
   walked by class: read-only ones discarded, process ones ended within the grace window,
   mutating and extension ones awaited. **Every call the stop reached gets its ``ToolMessage``**
   (discarded: stopped by the user; aborted: what it printed before it was ended; completed after
@@ -147,16 +148,46 @@ class StoppableGraph:
             return (await self.graph.aget_state(config)).values
         return last
 
+    async def astream(
+        self,
+        input: Any,
+        config: Any = None,
+        *,
+        session: str,
+        stream_mode: str | Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        """``graph.astream`` as one turn of ``session``: the chunks of ``stream_mode`` (the
+        graph's own default if None; a list gives ``(mode, chunk)`` pairs, as LangGraph's), up
+        to where a stop ends the run: after the tools step it reached, whose update carries
+        every call's answer, or at once if it came while the model ran."""
+        if kwargs.get("subgraphs") or kwargs.get("version", "v1") != "v1":
+            raise TypeError("StoppableGraph.astream streams v1 chunks of the parent graph only")
+        single = stream_mode is None or isinstance(stream_mode, str)
+        if stream_mode is None or isinstance(stream_mode, str):
+            wanted = [str(stream_mode or self.graph.stream_mode)]
+        else:
+            wanted = [str(m) for m in stream_mode]
+        async for mode, chunk in self._run(input, config, session, kwargs, modes=wanted):
+            if mode in wanted:
+                yield chunk if single else (mode, chunk)
+
     async def _run(
-        self, input: Any, config: Any, session: str, kwargs: dict[str, Any]
+        self,
+        input: Any,
+        config: Any,
+        session: str,
+        kwargs: dict[str, Any],
+        modes: Sequence[str] = ("values",),
     ) -> AsyncIterator[tuple[str, Any]]:
+        """The run's ``(mode, chunk)`` pairs of ``modes``, and of ``updates`` (the wrapper reads
+        them to see the tools step), then ``("stopped", None)`` if a stop ended it."""
         turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
         stopped = asyncio.Event()
         turn.on_stop.append(stopped.set)
         running = RUN_TURN.set(turn)
-        stream = self.graph.astream(
-            input, config, stream_mode=["updates", "values"], **kwargs
-        ).__aiter__()
+        streamed = list(dict.fromkeys(["updates", *modes]))
+        stream = self.graph.astream(input, config, stream_mode=streamed, **kwargs).__aiter__()
         cut = False  # the run's step was cancelled by the stop
         try:
             while True:
