@@ -97,7 +97,7 @@ class AgentWatch:
         self.conn = connect(ledger.path, readonly=True)
         self.follower = Follower(
             where,
-            lambda ev: ledger.append(ev, dedup=True),
+            lambda ev: ledger.append(ev, dedup=True, wait=True),  # files wait, lose nothing
             load=self._load,
             save=ledger.put_meta,
             on_problem=lambda p: say(str(p)),

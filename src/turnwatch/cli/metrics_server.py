@@ -97,8 +97,8 @@ def _events_route(
     """The events endpoint over the ledger at ``path`` (spans built as for ``ingest``)."""
     provider = tracer_provider()
     ledger = Ledger(path)
-    telemetry = Telemetry(
-        ledger=ledger, spans=SpanBuilder(provider.get_tracer("turnwatch")), dedup=True
+    telemetry = Telemetry(  # a request waits for the writer rather than lose events
+        ledger=ledger, spans=SpanBuilder(provider.get_tracer("turnwatch")), dedup=True, wait=True
     )
 
     def close() -> Ledger:

@@ -36,8 +36,15 @@ class Wiring:
         self.provider.shutdown()
 
 
-def wire(path: Path, *, dedup: bool = False, registry: CollectorRegistry | None = None) -> Wiring:
-    """Open the ledger and build the pipeline (spans → metrics → ledger) and the gauges.
+def wire(
+    path: Path,
+    *,
+    dedup: bool = False,
+    wait: bool = False,
+    registry: CollectorRegistry | None = None,
+) -> Wiring:
+    """Open the ledger and build the pipeline (spans → metrics → ledger) and the gauges;
+    ``dedup`` and ``wait`` as :class:`~turnwatch.tracing.pipeline.Telemetry` takes them.
 
     The exporters come first: one the environment asks for but cannot be had raises
     :class:`~turnwatch.exporters.otel.ExporterConfigError` before the ledger is opened.
@@ -48,5 +55,5 @@ def wire(path: Path, *, dedup: bool = False, registry: CollectorRegistry | None 
     metrics = StopMetrics(registry)
     registry.register(LiveCollector(lambda: live_state(path, ledger)))
     spans = SpanBuilder(provider.get_tracer("turnwatch"))
-    telemetry = Telemetry(ledger=ledger, spans=spans, observers=[metrics], dedup=dedup)
+    telemetry = Telemetry(ledger=ledger, spans=spans, observers=[metrics], dedup=dedup, wait=wait)
     return Wiring(ledger, registry, metrics, telemetry, spans, provider)

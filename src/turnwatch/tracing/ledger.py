@@ -61,6 +61,8 @@ BACKLOG_MAX = 100_000
 #: ``ledger.gap`` per session once the writer catches up. About 100 MB at most.
 QUEUE_MAX = 100_000
 DROPPED_SESSIONS_MAX = 10_000
+#: How often a producer that waits for the writer (``append(wait=True)``) looks again.
+ROOM_POLL_S = 0.002
 #: How long a flush (and so ``close()``, which then counts what waits lost) waits for a file
 #: that cannot be written.
 CLOSE_WAIT_FAILING_S = 5.0
@@ -168,15 +170,33 @@ class Ledger:
             raise ValueError(f"ledger {self.path} already has its readers")
         self.stages = stages
 
-    def append(self, event: Event, *, dedup: bool = False) -> None:
-        """Enqueue one event (never blocks on disk)."""
+    def append(self, event: Event, *, dedup: bool = False, wait: bool = False) -> None:
+        """Enqueue one event (never blocks on disk).
+
+        Past :data:`QUEUE_MAX` events waiting for the writer, a producer that must never block
+        (the runtime's event loop) has the event dropped, counted and marked by a gap; one that
+        may wait (``wait=True``: ``ingest`` reading a file, a request of the events API) waits
+        until the writer has taken half of them, and loses nothing.
+        """
         if self._closed:
             self._lose(1, "ledger closed")
             return
-        if self._queue.qsize() >= QUEUE_MAX:
+        if self._queue.qsize() >= QUEUE_MAX and not (wait and self._wait_for_room()):
             self._drop(event)
             return
         self._queue.put((event, dedup_key(event) if dedup else None))
+
+    def _wait_for_room(self) -> bool:
+        """Until the writer has taken half of what waits (True), or cannot: it is the caller
+        (a reader in the writer's own thread), or it has stopped (False)."""
+        if threading.current_thread() is self._thread:
+            return False
+        while self._queue.qsize() >= QUEUE_MAX // 2:
+            if self._closed or not self._thread.is_alive():
+                return False
+            self._hurry.set()  # no linger: it is behind
+            time.sleep(ROOM_POLL_S)
+        return True
 
     def _drop(self, event: Event) -> None:
         """The writer is QUEUE_MAX events behind: ``event`` is lost, and its gap kept."""
@@ -209,9 +229,10 @@ class Ledger:
         why = next(iter(dropped.values())).why
         log.error("turnwatch ledger %s: %d event(s) were dropped: %s", self.path, n, why)
 
-    def extend(self, events: Iterable[Event], *, dedup: bool = False) -> None:
+    def extend(self, events: Iterable[Event], *, dedup: bool = False, wait: bool = False) -> None:
+        """:meth:`append` each of ``events``."""
         for ev in events:
-            self.append(ev, dedup=dedup)
+            self.append(ev, dedup=dedup, wait=wait)
 
     def put_meta(self, key: str, value: str) -> None:
         """Keep ``value`` under ``key`` (an ingest offset), written by the writer after every

@@ -17,6 +17,10 @@ from turnwatch.tracing.stages import Reader, Stages
 class Telemetry:
     """Stamps each event with its span ids, feeds the observers (metrics), records it.
 
+    ``dedup``: the events are a foreign source's (a line read twice is kept once). ``wait``: the
+    producer may wait for the writer rather than have events dropped when it is far behind
+    (``ingest``, the events API; never a runtime's event loop).
+
     With a ledger, the stages run in the ledger's writer thread and the caller only enqueues:
     the stop path never waits on spans, metrics or disk. Without one, they run inline.
     """
@@ -28,15 +32,19 @@ class Telemetry:
         spans: StepReader | None = None,
         observers: Sequence[Reader] = (),
         dedup: bool = False,
+        wait: bool = False,
     ) -> None:
         self.ledger = ledger
         self.dedup = dedup
+        # A producer that may wait for the writer (a file, a request), never the runtime's
+        # loop: see Ledger.append.
+        self.wait = wait
         self.stages = Stages(spans, observers)
         if ledger is not None:
             ledger.attach(self.stages)
 
     def __call__(self, event: Event) -> None:
         if self.ledger is not None:
-            self.ledger.append(event, dedup=self.dedup)
+            self.ledger.append(event, dedup=self.dedup, wait=self.wait)
         else:
             self.stages(event)

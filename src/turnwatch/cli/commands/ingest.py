@@ -87,7 +87,8 @@ def _wire(ledger: Path | None) -> Any:
 
     try:
         with exporter_config():
-            return wire(ledger_path(ledger), dedup=True)
+            # A file can wait for the writer: nothing it holds is dropped for speed.
+            return wire(ledger_path(ledger), dedup=True, wait=True)
     except LedgerError as exc:
         raise fail(str(exc)) from None
 
@@ -107,13 +108,13 @@ def _ingest_agent_logs(
     finally:
         wiring.close()
         problems.finish()
-    new = wiring.ledger.written
+    new, lost = wiring.ledger.written, wiring.ledger.lost
     unknown = sum(report.unknown.values())
     _summary(
         wiring,
         f"ingested {new} new event(s) from {report.files} session file(s) "
         f"({report.records} records, {unknown} of types not read) into {wiring.ledger.path}"
-        + (f" ({report.events - new} already there)" if report.events > new else "")
+        + (f" ({already} already there)" if (already := report.events - new - lost) else "")
         + f"; {report.problem_count} problem(s)",
         bad=report.problem_count,
     )
@@ -152,11 +153,11 @@ def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
         problems.finish()
     if report is None:
         return
-    new = wiring.ledger.written
+    new, lost = wiring.ledger.written, wiring.ledger.lost
     _summary(
         wiring,
         f"ingested {new} new event(s) into {wiring.ledger.path}"
-        + (f" ({report.good - new} already there)" if report.good > new else "")
+        + (f" ({already} already there)" if (already := report.good - new - lost) else "")
         + f"; rejected {report.bad_count} line(s)",
         bad=report.bad_count,
     )
