@@ -40,6 +40,7 @@ class Scripted(GenericFakeChatModel):
 
 def main(ledger_path: Path, workdir: Path) -> None:
     target = workdir / "report.txt"
+    begun = asyncio.Event()  # the write's first line is on disk
 
     @tool
     async def sh(cmd: str) -> str:
@@ -55,6 +56,7 @@ def main(ledger_path: Path, workdir: Path) -> None:
             for i in range(10):
                 f.write(f"line {i}\n")
                 f.flush()
+                begun.set()
                 await asyncio.sleep(0.1)
         return "saved"
 
@@ -82,7 +84,11 @@ def main(ledger_path: Path, workdir: Path) -> None:
         task = asyncio.ensure_future(
             app.ainvoke({"messages": [("user", "write the report")]}, cfg, session="example")
         )
-        await asyncio.sleep(0.5)
+        # The stop, once the write has begun: a stop before it would keep it from ever
+        # starting, which is right, but not what this shows.
+        await asyncio.wait(
+            [asyncio.ensure_future(begun.wait()), task], return_when=asyncio.FIRST_COMPLETED
+        )
         receipt = await rt.abort("example", source="ui")
         print(f"abort → {receipt} after {time.monotonic() - started:.2f} s")
         final = await task

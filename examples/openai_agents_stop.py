@@ -35,6 +35,7 @@ from turnwatch.tracing import Ledger
 def main(ledger_path: Path, workdir: Path) -> None:
     set_tracing_disabled(True)  # offline: the SDK's own tracing would export to its platform
     target = workdir / "report.txt"
+    begun = asyncio.Event()  # the write's first line is on disk
     model = ScriptedModel(
         [
             ModelStep(  # the first turn: both tools at once
@@ -59,6 +60,7 @@ def main(ledger_path: Path, workdir: Path) -> None:
             for i in range(10):
                 f.write(f"line {i}\n")
                 f.flush()
+                begun.set()
                 await asyncio.sleep(0.1)
         return "saved"
 
@@ -70,7 +72,11 @@ def main(ledger_path: Path, workdir: Path) -> None:
         runner = StoppableRunner(agent, rt)
         started = time.monotonic()
         task = asyncio.ensure_future(runner.run("write the report", session="example"))
-        await asyncio.sleep(0.5)
+        # The stop, once the write has begun: a stop before it would keep it from ever
+        # starting, which is right, but not what this shows.
+        await asyncio.wait(
+            [asyncio.ensure_future(begun.wait()), task], return_when=asyncio.FIRST_COMPLETED
+        )
         receipt = await rt.abort("example", source="ui")
         print(f"abort → {receipt} after {time.monotonic() - started:.2f} s")
         try:

@@ -29,6 +29,7 @@ from turnwatch.tracing import Ledger
 
 def main(ledger_path: Path, workdir: Path) -> None:
     target = workdir / "report.txt"
+    begun = asyncio.Event()  # the write's first line is on disk
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:  # the first turn: both tools at once
@@ -54,6 +55,7 @@ def main(ledger_path: Path, workdir: Path) -> None:
             for i in range(10):
                 f.write(f"line {i}\n")
                 f.flush()
+                begun.set()
                 await asyncio.sleep(0.1)
         return "saved"
 
@@ -63,7 +65,11 @@ def main(ledger_path: Path, workdir: Path) -> None:
         wrapped = StoppableAgent(agent, rt)
         started = time.monotonic()
         task = asyncio.ensure_future(wrapped.run("write the report", session="example"))
-        await asyncio.sleep(0.5)
+        # The stop, once the write has begun: a stop before it would keep it from ever
+        # starting, which is right, but not what this shows.
+        await asyncio.wait(
+            [asyncio.ensure_future(begun.wait()), task], return_when=asyncio.FIRST_COMPLETED
+        )
         receipt = await rt.abort("example", source="ui")
         print(f"abort → {receipt} after {time.monotonic() - started:.2f} s")
         try:
