@@ -1,0 +1,257 @@
+"""LangGraph, native against wrapped (``StoppableGraph`` + ``tool_node``), side by side in one run.
+
+Per tool call: a graph whose model asks for 50 no-op tool calls at once, run natively
+(``ToolNode``) and wrapped per class (no sink: an unobserved runtime records nothing),
+interleaved; the difference per call is what the wrapper costs, beside LangGraph's own per-call
+cost (target: turnwatch's share ≤ 10 %).
+
+A stop: the model asks for a shell command (``sleep``) and a write at once; native, the run's
+task is cancelled (how LangGraph stops); wrapped, ``rt.abort()``. For each: the stop → settle
+time, the processes left running, the tool calls the checkpoint leaves unanswered, and whether
+a resume (``ainvoke(None, cfg)``) runs the write again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import subprocess
+import time
+from collections import Counter
+from typing import Any
+
+import psutil
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from benchmarks import common
+from benchmarks.common import fmt_s, median, table
+from turnwatch.integrations.langgraph import StoppableGraph, tool_node
+from turnwatch.integrations.wrappers import run_command
+from turnwatch.runtime import LocalHost, Runtime
+
+CALLS = 50
+ROUNDS = 30
+STOPS = 5
+
+
+class _Scripted(GenericFakeChatModel):
+    """The fake chat model, able to drive a ToolNode (it has no ``bind_tools`` of its own)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+def _graph(node: Any, calls: list[dict[str, Any]], checkpointer: Any = None) -> Any:
+    """agent → tools → agent: the model asks for ``calls`` at once, then says done (a cycle:
+    every run of the graph takes one of each)."""
+    model = _Scripted(
+        messages=itertools.cycle([AIMessage(content="", tool_calls=calls), AIMessage("done")])
+    )
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_node("tools", node)
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", lambda s: "tools" if s["messages"][-1].tool_calls else END)
+    g.add_edge("tools", "agent")
+    return g.compile(checkpointer=checkpointer)
+
+
+def _classed(t: BaseTool, cls: str) -> BaseTool:
+    t.metadata = {**(t.metadata or {}), "turnwatch_class": cls}
+    return t
+
+
+async def per_call() -> dict[str, float]:
+    """Seconds per call: native, and wrapped per class."""
+
+    @tool
+    async def noop() -> str:
+        """does nothing"""
+        return ""
+
+    calls = [{"id": f"c{i}", "name": "noop", "args": {}} for i in range(CALLS)]
+    go = {"messages": [("user", "go")]}
+    native = _graph(ToolNode([noop]), calls)
+
+    def wrapped(cls: str) -> Any:
+        rt = Runtime(LocalHost(), max_running=CALLS)  # every call admitted at once, as natively
+        app = StoppableGraph(_graph(tool_node([noop], rt, default_class=cls), calls), rt)
+        return lambda session: app.ainvoke(go, session=session)
+
+    return await common.per_call(
+        {
+            "native": lambda _s: native.ainvoke(go),
+            "wrapped, read_only": wrapped("read_only"),
+            "wrapped, mutating": wrapped("mutating"),
+        },
+        calls=CALLS,
+        rounds=ROUNDS,
+    )
+
+
+def _sleeping(seconds: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if p.info["cmdline"] == ["sleep", seconds] and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+    return out
+
+
+async def _until(cond: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the tools never started")
+        await asyncio.sleep(0.005)
+
+
+def _unanswered(messages: list[Any]) -> int:
+    asked = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return len(asked - answered)
+
+
+class _Stop:
+    """One side's stop, ``STOPS`` times: the settle times, and what each stop left."""
+
+    def __init__(self, wrapped: bool) -> None:
+        self.wrapped = wrapped
+        self.seconds = "61" if wrapped else "62"  # each side's processes told apart
+        self.runs: Counter[str] = Counter()
+        self.settle: list[float] = []
+        self.left = self.unanswered = self.reran = 0
+
+    def tools(self) -> list[BaseTool]:
+        runs, seconds = self.runs, self.seconds
+
+        @tool
+        async def write(text: str) -> str:
+            """a write that takes a moment"""
+            runs["write"] += 1
+            await asyncio.sleep(0.2)
+            return "written"
+
+        if self.wrapped:
+
+            @tool
+            async def sh() -> str:
+                """a shell command"""
+                return (await run_command(["sleep", seconds])).output
+
+            return [_classed(sh, "process"), write]
+
+        @tool("sh")
+        def native_sh() -> str:
+            """a shell command, as a LangGraph tool runs one (a thread of the pool)"""
+            runs["sh"] += 1
+            if runs["sh"] > 1:  # a resume's re-run: counted, not waited for
+                return "ran again"
+            subprocess.run(["sleep", seconds], check=False)
+            return "done"
+
+        return [native_sh, write]
+
+    async def once(self, i: int) -> None:
+        calls = [{"id": "p1", "name": "sh", "args": {}}, {"id": "w1", "name": "write", "args": {}}]
+        calls[1]["args"] = {"text": "a"}
+        self.runs.clear()
+        rt = Runtime(LocalHost(), grace_s=1.0)
+        tools = self.tools()
+        node = tool_node(tools, rt) if self.wrapped else ToolNode(tools)
+        graph = _graph(node, calls, InMemorySaver())
+        cfg = {"configurable": {"thread_id": f"t{i}"}}
+        go = {"messages": [("user", "go")]}
+        app = StoppableGraph(graph, rt) if self.wrapped else None
+        run = asyncio.ensure_future(
+            app.ainvoke(go, cfg, session=f"s{i}") if app is not None else graph.ainvoke(go, cfg)
+        )
+        await _until(lambda: _sleeping(self.seconds) and self.runs["write"])
+        t0 = time.perf_counter()
+        if app is not None:
+            await rt.abort(f"s{i}")
+            self.settle.append(time.perf_counter() - t0)
+            await run
+        else:
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+            self.settle.append(time.perf_counter() - t0)
+        self.left += len(_sleeping(self.seconds))
+        state = await graph.aget_state(cfg)
+        self.unanswered += _unanswered(state.values.get("messages", []))
+        before = self.runs["write"]
+        if app is not None:
+            await app.ainvoke(None, cfg, session=f"s{i}")
+        else:
+            await graph.ainvoke(None, cfg)
+        self.reran += self.runs["write"] - before
+        for p in _sleeping(self.seconds):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+
+async def stops() -> list[list[object]]:
+    sides = {"native (task cancelled)": _Stop(False), "wrapped (rt.abort)": _Stop(True)}
+    for i in range(STOPS):
+        for side in sides.values():
+            await side.once(i)
+    return [
+        [
+            name,
+            fmt_s(median(s.settle)),
+            f"{s.left} of {STOPS}",
+            f"{s.unanswered} in {STOPS} checkpoints",
+            f"{s.reran} of {STOPS}",
+        ]
+        for name, s in sides.items()
+    ]
+
+
+async def main() -> str:
+    seconds = await per_call()
+    native = seconds["native"]
+    rows = [
+        [
+            name,
+            fmt_s(s),
+            "-" if name == "native" else f"{(s - native) * 1e6:+.0f} µs",
+            "-" if name == "native" else f"{(s - native) / native:+.1%} (target ≤ 10 %)",
+        ]
+        for name, s in seconds.items()
+    ]
+    return "\n".join(
+        [
+            "## LangGraph: native and wrapped\n",
+            f"Per tool call ({CALLS} no-op calls per run, median of {ROUNDS} runs of each, "
+            "shuffled in each round; no sink):\n",
+            table(["", "per call", "over native", "turnwatch's share"], rows),
+            "",
+            f"A stop with a process (`sleep`) and a write in flight (median of {STOPS}):\n",
+            table(
+                [
+                    "",
+                    "stop → settle",
+                    "processes left running",
+                    "tool calls unanswered",
+                    "a resume runs the write again",
+                ],
+                await stops(),
+            ),
+            "",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    print(asyncio.run(main()))
