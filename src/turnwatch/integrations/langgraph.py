@@ -13,19 +13,19 @@ mutating tool again (``../shared/frameworks-next.md``). Wrapped:
   grace window).
 - :class:`StoppableGraph` runs the compiled graph as one turn of a session
   (``ainvoke(..., session=)``, ``astream(..., session=)``); ``await runtime.abort(session)`` is
-  the stop. Calls in flight are
-  walked by class: read-only ones discarded, process ones ended within the grace window,
-  mutating and extension ones awaited. **Every call the stop reached gets its ``ToolMessage``**
-  (discarded: stopped by the user; aborted: what it printed before it was ended; completed after
-  the stop: its real result; refused: not run), the tools step is written to the thread's
-  checkpoint, and the run ends there, before the model is asked again: no call is left without
-  an answer, and a resume never runs again a call that ran. A stop while the model runs (no call
-  in flight) cancels the run at once: the checkpoint is then the last step's, whose calls were
-  all answered.
+  the stop. Calls in flight are walked by class: read-only ones discarded, process ones ended
+  within the grace window, mutating and extension ones awaited. **Every call the stop reached
+  gets its ``ToolMessage``** (discarded: stopped by the user; aborted: what it printed before it
+  was ended; completed after the stop: its real result; refused: not run), the tools step is
+  written to the thread's checkpoint, and the run ends there, before the model is asked again:
+  no call is left without an answer, and a resume never runs again a call that ran. A stop
+  while the model runs (no call in flight) cancels the run at once: the checkpoint is then the
+  last step's, whose calls were all answered.
 - A run whose task is cancelled from outside is a stop too (source ``cancel``).
 
 Not yet wrapped: ``create_agent``'s middleware (``AgentMiddleware``, the ``langchain`` package),
-approvals (``interrupt()``), subgraphs' own tool nodes unless built with :func:`tool_node`.
+approvals (``interrupt()``), subgraphs' own tool nodes unless built with :func:`tool_node`,
+``astream_events``.
 """
 
 from __future__ import annotations
@@ -163,11 +163,10 @@ class StoppableGraph:
         every call's answer, or at once if it came while the model ran."""
         if kwargs.get("subgraphs") or kwargs.get("version", "v1") != "v1":
             raise TypeError("StoppableGraph.astream streams v1 chunks of the parent graph only")
-        single = stream_mode is None or isinstance(stream_mode, str)
         if stream_mode is None or isinstance(stream_mode, str):
-            wanted = [str(stream_mode or self.graph.stream_mode)]
+            single, wanted = True, [str(stream_mode or self.graph.stream_mode)]
         else:
-            wanted = [str(m) for m in stream_mode]
+            single, wanted = False, [str(m) for m in stream_mode]
         async for mode, chunk in self._run(input, config, session, kwargs, modes=wanted):
             if mode in wanted:
                 yield chunk if single else (mode, chunk)

@@ -75,7 +75,7 @@ def dedup_key(ev: Event) -> str:
 
     The event's time in milliseconds (hex), then a hash of all it says: a file's lines come in
     time order, so their keys land at the end of the index together. Random keys dirtied a page
-    of it per line, and each 2,000-line batch wrote megabytes of WAL (2.5x slower to ingest).
+    of it per line, and each 2,000-line batch wrote megabytes of WAL (the writer 2.5x slower).
     """
     body = codec.dumps_canonical(
         [ev.ts_unix, ev.kind, ev.session, ev.turn, ev.call, ev.tool, dict(ev.attrs)]
