@@ -22,12 +22,11 @@ from collections import Counter
 from typing import Any
 
 import psutil
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
+from tests.integrations.lg_graphs import Scripted, agent_graph
 
 from benchmarks import common
 from benchmarks.common import fmt_s, median, table
@@ -40,30 +39,13 @@ ROUNDS = 30
 STOPS = 5
 
 
-class _Scripted(GenericFakeChatModel):
-    """The fake chat model, able to drive a ToolNode (it has no ``bind_tools`` of its own)."""
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        return self
-
-
 def _graph(node: Any, calls: list[dict[str, Any]], checkpointer: Any = None) -> Any:
-    """agent → tools → agent: the model asks for ``calls`` at once, then says done (a cycle:
-    every run of the graph takes one of each)."""
-    model = _Scripted(
-        messages=itertools.cycle([AIMessage(content="", tool_calls=calls), AIMessage("done")])
+    """The model asks for ``calls`` at once, then says done (a cycle: every run of the graph
+    takes one of each)."""
+    ask = AIMessage(content="", tool_calls=calls)
+    return agent_graph(
+        node, Scripted(messages=itertools.cycle([ask, AIMessage("done")])), checkpointer
     )
-
-    async def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [await model.ainvoke(state["messages"])]}
-
-    g = StateGraph(MessagesState)
-    g.add_node("agent", agent)
-    g.add_node("tools", node)
-    g.add_edge(START, "agent")
-    g.add_conditional_edges("agent", lambda s: "tools" if s["messages"][-1].tool_calls else END)
-    g.add_edge("tools", "agent")
-    return g.compile(checkpointer=checkpointer)
 
 
 def _classed(t: BaseTool, cls: str) -> BaseTool:

@@ -20,7 +20,6 @@ from typing import Any
 
 import psutil
 import pytest
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -28,6 +27,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from tests.conftest import this_run, until
+from tests.integrations.lg_graphs import Scripted, agent_graph
 from turnwatch import names
 from turnwatch.integrations.langgraph import StoppableGraph, ToolClassError, tool_node
 from turnwatch.integrations.wrappers import run_command
@@ -41,13 +41,6 @@ CALLS = [
     {"id": "p1", "name": "sh", "args": {}},
     {"id": "w1", "name": "write", "args": {"text": "a"}},
 ]
-
-
-class Scripted(GenericFakeChatModel):
-    """The fake chat model, able to drive a ToolNode (it has no ``bind_tools`` of its own)."""
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        return self
 
 
 def classed(cls: str) -> Callable[[BaseTool], BaseTool]:
@@ -128,17 +121,10 @@ class Tools:
             )
         )
 
-        async def agent(state: MessagesState) -> dict[str, Any]:
+        def asked() -> None:
             self.model_calls += 1
-            return {"messages": [await model.ainvoke(state["messages"])]}
 
-        g = StateGraph(MessagesState)
-        g.add_node("agent", agent)
-        g.add_node("tools", node)
-        g.add_edge(START, "agent")
-        g.add_conditional_edges("agent", lambda s: "tools" if s["messages"][-1].tool_calls else END)
-        g.add_edge("tools", "agent")
-        return g.compile(checkpointer=checkpointer)
+        return agent_graph(node, model, checkpointer, on_model=asked)
 
 
 def unanswered(messages: list[Any]) -> set[str]:

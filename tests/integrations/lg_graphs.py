@@ -1,0 +1,41 @@
+"""The graphs the LangGraph tests and ``benchmarks.langgraph`` run: a scripted model (LangGraph's
+fake chat model, offline) and the agent → tools → agent loop ``create_agent`` builds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+
+class Scripted(GenericFakeChatModel):
+    """The fake chat model, able to drive a ToolNode (it has no ``bind_tools`` of its own)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+def agent_graph(
+    node: Any,
+    model: Any,
+    checkpointer: Any = None,
+    *,
+    on_model: Callable[[], None] | None = None,
+) -> Any:
+    """agent → tools → agent, until the model asks for no tool; ``on_model`` is told each time
+    the model is asked."""
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        if on_model is not None:
+            on_model()
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_node("tools", node)
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", lambda s: "tools" if s["messages"][-1].tool_calls else END)
+    g.add_edge("tools", "agent")
+    return g.compile(checkpointer=checkpointer)
