@@ -250,9 +250,10 @@ def busy_inserts(tmp: Path) -> list[list[object]]:
 def view_time(tmp: Path) -> list[list[object]]:
     path = tmp / "big.sqlite3"
     ledger = Ledger(path)
-    ledger.extend(events(VIEW_EVENTS, 10_000))
+    ledger.extend(events(VIEW_EVENTS, 10_000), wait=True)  # past QUEUE_MAX: dropped otherwise
     ledger.flush(timeout=900)
     ledger.close()
+    assert (ledger.written, ledger.lost) == (VIEW_EVENTS, 0), "a view of the ledger it names"
     conn = connect(path, readonly=True)
     runs = []
     for _ in range(3):

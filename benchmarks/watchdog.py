@@ -5,6 +5,7 @@ CPU share at a 5 s interval, and how long a pinned session waits to be detected.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import tempfile
@@ -27,12 +28,14 @@ INTERVAL_S = 5.0
 def build(path: Path) -> None:
     """10,000 sessions, 50,000 recorded Bash processes: dead pids, a few live ones (ours)."""
     ledger = Ledger(path)
+    # Faster than the writer commits: past QUEUE_MAX these would be dropped, not waited for.
+    put = functools.partial(ledger.append, wait=True)
     me = psutil.Process()
     now = time.time() - 120
     rnd = random.Random(7)
     for s in range(SESSIONS):
         sess = f"s{s}"
-        ledger.append(
+        put(
             Event(
                 "runtime.started",
                 sess,
@@ -40,11 +43,11 @@ def build(path: Path) -> None:
                 attrs={"pid": me.pid, "create_time": me.create_time(), "mode": "adr"},
             )
         )
-        ledger.append(Event("turn.started", sess, now, turn="t"))
+        put(Event("turn.started", sess, now, turn="t"))
         for c in range(PROCS_PER_SESSION):
             call = f"c{c}"
-            ledger.append(Event("tool.requested", sess, now, turn="t", call=call, tool="Bash"))
-            ledger.append(
+            put(Event("tool.requested", sess, now, turn="t", call=call, tool="Bash"))
+            put(
                 Event(
                     "tool.started",
                     sess,
@@ -55,7 +58,7 @@ def build(path: Path) -> None:
                     attrs={"pid": rnd.randint(2, 4_000_000), "create_time": now},
                 )
             )
-            ledger.append(
+            put(
                 Event(
                     "tool.finished",
                     sess,
@@ -66,11 +69,10 @@ def build(path: Path) -> None:
                     attrs={"outcome": "completed"},
                 )
             )
-        ledger.append(
-            Event("turn.settled", sess, now + 2, turn="t", attrs={"outcome": "completed"})
-        )
-        ledger.append(Event("processing.cleared", sess, now + 2, turn="t"))
+        put(Event("turn.settled", sess, now + 2, turn="t", attrs={"outcome": "completed"}))
+        put(Event("processing.cleared", sess, now + 2, turn="t"))
     ledger.close()
+    assert ledger.lost == 0, "the ledger the scan is timed over holds every event"
 
 
 async def detection(path: Path) -> list[float]:
