@@ -4,12 +4,15 @@ Every event's attributes are encoded once on the way into the ledger, and every 
 parsed once; with the standard library those two calls were the largest share of both paths.
 orjson refuses a few things the standard library takes (integers beyond 64 bits, non-string keys,
 objects it does not know without ``default``), so whatever it refuses goes through ``json``
-instead: an odd value costs time, never an event.
+instead: an odd value costs time, never an event. Reading, it does not refuse an integer beyond
+64 bits: it returns a float, silently (``2**80 + 1`` comes back as ``1.2089258196146292e+24``).
+So text with a run of 19 digits or more, the only way to write one, is read by ``json``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,11 +51,29 @@ def dumps_rows(rows: list[Any]) -> str:
         return _STD_COMPACT(rows)
 
 
+_LONG_TEXT = re.compile(r"[0-9]{19}")
+_LONG_BYTES = re.compile(rb"[0-9]{19}")
+
+
+def _long_digits(data: bytes | str) -> bool:
+    """Whether ``data`` may hold an integer beyond 64 bits (which orjson reads as a float)."""
+    if isinstance(data, str):
+        return _LONG_TEXT.search(data) is not None
+    return _LONG_BYTES.search(data) is not None
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def loads(data: bytes | str) -> Any:
     """Parse one JSON document. Raises ``ValueError`` (``orjson.JSONDecodeError``) if invalid.
 
     Stricter than ``json.loads`` where JSON itself is: ``NaN`` and ``Infinity`` are refused.
+    Integers beyond 64 bits come back whole.
     """
+    if _long_digits(data):
+        return json.loads(data, parse_constant=_refuse)
     return orjson.loads(data)
 
 
@@ -60,6 +81,8 @@ def loads_stored(text: str) -> Any:
     """Parse JSON the ledger stored. Lenient where :func:`loads` is strict: ledgers written by
     turnwatch 0.1.0 (``json.dumps``) may hold ``NaN`` or ``Infinity``, and are read as they were.
     """
+    if _long_digits(text):
+        return json.loads(text)
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
