@@ -1,5 +1,5 @@
-"""Batches travel to SQLite in few statements (multi-row VALUES, JSON as the fallback): every
-value comes back exactly."""
+"""Batches travel to SQLite in few statements (one JSON text; bound multi-row VALUES for each
+full MAX_ROWS of a large one): every value comes back exactly, whichever way it went."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
+from turnwatch.tracing import batchsql
 from turnwatch.tracing.ledger import connect, read_events, write_batch
 from turnwatch.tracing.summary import Summary
 
@@ -56,9 +57,12 @@ def test_values_come_back_bit_for_bit(
         )
         for t in ts
     ]
+    # As many as a live writer's batch (one JSON text), and past MAX_ROWS (bound values too).
+    large = written * (batchsql.MAX_ROWS // len(written) + 1)
     write_batch(conn, Summary(), [(e, None) for e in written])
+    write_batch(conn, Summary(), [(e, None) for e in large])
     back = [e for _seq, e in read_events(conn)]
-    assert back == written
+    assert back == written + large
     (last,) = conn.execute("SELECT last_ts FROM sessions").fetchone()
     assert last == max(ts)  # the summary's REAL columns are exact too
     conn.close()
@@ -68,7 +72,7 @@ def test_values_orjson_refuses_are_written_anyway(tmp_path: Path) -> None:
     """A >64-bit integer, a non-string key, a mapping that is not a dict, an unknown object."""
     conn = connect(tmp_path / "ledger.sqlite3")
     odd: list[Any] = [
-        {"big": 2**80},
+        {"big": 2**80 + 1},  # not 2**80: a float holds that exactly, and the test could not fail
         {1: "one"},
         MappingProxyType({"proxied": True}),
         {"obj": Path("/x")},
@@ -76,7 +80,7 @@ def test_values_orjson_refuses_are_written_anyway(tmp_path: Path) -> None:
     events = [Event(names.TURN_STARTED, "s", i, turn="t", attrs=a) for i, a in enumerate(odd)]
     assert write_batch(conn, Summary(), [(e, None) for e in events]) == 4
     back = [e.attrs for _seq, e in read_events(conn)]
-    assert back[0] == {"big": 2**80}
+    assert back[0] == {"big": 2**80 + 1}
     assert back[1] == {"1": "one"}
     assert back[2] == {"proxied": True}
     assert back[3] == {"obj": "/x"}
@@ -101,10 +105,9 @@ def test_a_batch_is_a_handful_of_statements_not_one_per_row(tmp_path: Path) -> N
     write_batch(conn, summary, [(e, None) for e in events[:1000]])
     statements.clear()
     write_batch(conn, summary, [(e, None) for e in events[1000:]])
-    # One statement per power of two in each table's row count (1,000 events: 6; 250 calls: 6;
-    # 7 sessions: 3), with BEGIN, the version check, the calls' lookup and COMMIT: 19, where one
-    # per row would be 1,257.
-    assert len(statements) <= 19, statements
+    # BEGIN, the version check, the calls' lookup, the events (512 bound, the rest as JSON), the
+    # calls, the sessions, COMMIT: 8, where one per row would be 1,257.
+    assert len(statements) <= 8, statements
     assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2000
     ended = conn.execute("SELECT count(*) FROM calls WHERE ended_ts IS NOT NULL").fetchone()[0]
     assert ended == 500
@@ -113,13 +116,21 @@ def test_a_batch_is_a_handful_of_statements_not_one_per_row(tmp_path: Path) -> N
 
 def test_a_summary_value_sqlite_cannot_bind_is_written_anyway(tmp_path: Path) -> None:
     """A runtime's attributes reach the summary rows as given: a pid beyond 64 bits, an object
-    for a control path. The batch is written (through the JSON fallback), not lost."""
+    for a control path. In a batch large enough for bound values, the chunk holding one goes as
+    JSON instead; nothing is lost."""
     conn = connect(tmp_path / "ledger.sqlite3")
     odd = Event(
-        names.RUNTIME_STARTED, "s", 1.0, attrs={"pid": 2**80, "control": Path("/run/x.sock")}
+        names.RUNTIME_STARTED, "s0", 1.0, attrs={"pid": 2**80, "control": Path("/run/x.sock")}
     )
-    fine = Event(names.TURN_STARTED, "s", 2.0, turn="t")
-    assert write_batch(conn, Summary(), [(odd, None), (fine, None)]) == 2
-    (pid, control) = conn.execute("SELECT runtime_pid, control FROM sessions").fetchone()
+    others = [
+        Event(names.RUNTIME_STARTED, f"s{i}", 1.0, attrs={"pid": i})
+        for i in range(1, batchsql.MAX_ROWS + 88)
+    ]
+    assert write_batch(conn, Summary(), [(e, None) for e in [odd, *others]]) == len(others) + 1
+    (n,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
+    assert n == len(others) + 1
+    (pid, control) = conn.execute(
+        "SELECT runtime_pid, control FROM sessions WHERE session = 's0'"
+    ).fetchone()
     assert (float(pid), control) == (float(2**80), "/run/x.sock")
     conn.close()

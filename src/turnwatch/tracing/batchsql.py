@@ -4,17 +4,20 @@ Python's ``sqlite3`` releases the GIL around every step of every statement. ``ex
 2,000-event batch therefore gives the GIL up 2,000 times, and each time a busy event loop holds
 it, the writer thread waits for the interpreter's switch interval (5 ms) to get it back: with a
 busy loop beside it, the writer committed a few hundred rows a second (``make bench`` shows it
-side by side). So rows are inserted by multi-row ``VALUES`` statements with every value bound:
-one statement per power of two in the row count (a batch of 150 rows is 128 + 16 + 4 + 2, four
-statements; at most :data:`MAX_ROWS` rows and the build's bound on parameters each), each text
-prepared once and kept in the connection's statement cache.
+side by side). So a batch is a few statements, never one per row:
 
-Rows used to travel as one JSON text that SQLite unpacked with ``json_each`` and one
-``json_extract`` per column: one statement, but each extraction walks the row's array again, and
-a call row has 25 columns. Bound values cost 41 % fewer instructions per event for the writer
-(callgrind, #31). JSON stays where it is cheap, for many keys in one lookup (:class:`Lookup`),
-and as the fallback for a row holding a value SQLite cannot bind. Floats are bound as they are,
-and read back bit for bit.
+- up to :data:`MAX_ROWS` rows (a writer keeping up: a live runtime's batches are tens of rows):
+  one JSON text that SQLite unpacks with ``json_each`` and one ``json_extract`` per column. One
+  statement, one GIL crossing: each more one is a wait for the busy loop beside (measured: the
+  loop thread's own CPU per call doubled with one statement per power of two).
+- each full :data:`MAX_ROWS` rows of a larger batch (a writer behind, where throughput counts):
+  a multi-row ``VALUES`` statement with every value bound, its text prepared once. The JSON path
+  walks the row's array again for every column (a call row has 25): bound values cost 41 % fewer
+  of the writer's instructions per event (callgrind, #31).
+
+JSON is also the fallback for a row holding a value SQLite cannot bind. Floats are written in
+their shortest exact form, or bound as they are: both read back bit for bit. SQLite's JSON
+functions end a string at a NUL character, so a JSON batch with one binds its rows one by one.
 """
 
 from __future__ import annotations
@@ -29,8 +32,7 @@ from turnwatch.tracing import codec
 _NUL = "\\u0000"  # how both encoders write a NUL character inside a JSON string
 
 
-#: The most rows one ``INSERT`` takes: its text is prepared once per size, and a statement's
-#: program grows with its rows.
+#: Rows of one bound ``VALUES`` statement, and the most a batch sends as one JSON text.
 MAX_ROWS = 512
 
 
@@ -50,31 +52,30 @@ class Insert:
         values = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(len(cols)))
         self.batch_sql = f"{head} SELECT {values} FROM json_each(?)"
 
-    def _text(self, rows: int) -> str:
-        text = self._texts.get(rows)
-        if text is None:
-            text = self._texts[rows] = self._values + ",".join([self._one] * rows)
-        return text
-
-    def _most(self, conn: sqlite3.Connection) -> int:
-        """The largest power of two rows one statement may bind here."""
-        fits = min(MAX_ROWS, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // self._cols)
-        return 1 << (max(fits, 1).bit_length() - 1)
+    def _bound(self, conn: sqlite3.Connection) -> int:
+        """Rows one bound statement takes here: :data:`MAX_ROWS`, or fewer where the build's
+        bound on parameters is lower (999 before SQLite 3.32)."""
+        return min(MAX_ROWS, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // self._cols)
 
     def __call__(self, conn: sqlite3.Connection, rows: Iterable[Sequence[Any]]) -> None:
         rows = rows if isinstance(rows, list) else list(rows)
-        most = self._most(conn) if len(rows) > 1 else 1
         i = 0
-        while i < len(rows):
-            n = min(most, 1 << ((len(rows) - i).bit_length() - 1))
-            part = rows[i : i + n]
-            try:
-                conn.execute(self._text(n), list(itertools.chain.from_iterable(part)))
-            except (sqlite3.InterfaceError, sqlite3.ProgrammingError, OverflowError):
-                # A value SQLite cannot bind (an object, an integer beyond 64 bits): nothing of
-                # the statement ran. As JSON, where anything unknown becomes its ``str``.
-                self._json(conn, part)
-            i += n
+        if len(rows) >= MAX_ROWS:  # a writer behind: bound chunks while a full one is left
+            n = max(self._bound(conn), 1)
+            text = self._texts.get(n) or self._texts.setdefault(
+                n, self._values + ",".join([self._one] * n)
+            )
+            while len(rows) - i >= MAX_ROWS:
+                part = rows[i : i + n]
+                try:
+                    conn.execute(text, list(itertools.chain.from_iterable(part)))
+                except (sqlite3.InterfaceError, sqlite3.ProgrammingError, OverflowError):
+                    # A value SQLite cannot bind (an object, an integer beyond 64 bits):
+                    # nothing of the statement ran. As JSON, where anything unknown is its str.
+                    self._json(conn, part)
+                i += n
+        if i < len(rows):
+            self._json(conn, rows[i:])
 
     def _json(self, conn: sqlite3.Connection, rows: list[Sequence[Any]]) -> None:
         text = codec.dumps_rows(rows)
