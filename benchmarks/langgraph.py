@@ -151,8 +151,10 @@ class _Stop:
         return [native_sh, write]
 
     async def once(self, i: int) -> None:
-        calls = [{"id": "p1", "name": "sh", "args": {}}, {"id": "w1", "name": "write", "args": {}}]
-        calls[1]["args"] = {"text": "a"}
+        calls = [
+            {"id": "p1", "name": "sh", "args": {}},
+            {"id": "w1", "name": "write", "args": {"text": "a"}},
+        ]
         self.runs.clear()
         rt = Runtime(LocalHost(), grace_s=1.0)
         tools = self.tools()

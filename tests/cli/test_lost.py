@@ -47,6 +47,8 @@ def test_ingest_onto_a_full_disk_says_what_it_lost_and_exits_1(
     assert str(ledger) in last
     assert "database or disk is full" in last
     assert "Traceback" not in done.stderr
+    # None of the lines was there before: what was lost is not "already there" (it said so).
+    assert "already there" not in done.stderr, done.stderr
 
 
 def test_the_demo_on_a_full_disk_is_recovered_in_process_and_says_what_it_lost(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
+from tests.conftest import wait_until
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.tracing import ledger as ledger_module
@@ -181,13 +182,13 @@ def test_a_reader_of_a_file_waits_for_the_writer_and_loses_nothing(
     import json
     import threading
 
-    from turnwatch.tracing.ingest import ingest
+    from turnwatch.tracing.ingest import IngestReport, ingest
 
     monkeypatch.setattr(ledger_module, "QUEUE_MAX", 500)
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     entered, gate = threading.Event(), threading.Event()
 
-    def stuck(ev: Event) -> None:  # the first event holds the writer for a while
+    def stuck(ev: Event) -> None:  # the first event holds the writer until the gate opens
         entered.set()
         gate.wait(30)
 
@@ -195,12 +196,18 @@ def test_a_reader_of_a_file_waits_for_the_writer_and_loses_nothing(
         json.dumps({**e.to_json(), "tool": "Grep"}) + "\n" for e in events(1500)
     ).encode()
     telemetry = Telemetry(ledger=ledger, observers=[stuck], dedup=True, wait=True)
-    threading.Timer(1.0, gate.set).start()  # the writer comes back after a second
+    reports: list[IngestReport] = []
+    reader = threading.Thread(target=lambda: reports.append(ingest(io.BytesIO(lines), telemetry)))
     try:
-        report = ingest(io.BytesIO(lines), telemetry)
+        reader.start()
+        # The reader is at the bound, the writer held: it waits (it would drop from here on).
+        wait_until(lambda: ledger._queue.qsize() >= 500, what="the queue at its bound")  # noqa: SLF001
+        assert reader.is_alive()
+        gate.set()
+        reader.join(20)
         assert entered.is_set()
         assert ledger.flush(timeout=20)
-        assert (report.good, ledger.lost, ledger.written) == (1500, 0, 1500)
+        assert (reports[0].good, ledger.lost, ledger.written) == (1500, 0, 1500)
     finally:
         gate.set()
         ledger.close()

@@ -331,6 +331,18 @@ async def test_a_refused_recovery_is_an_error_span_and_a_reap_is_not(
     }
 
 
+def bash_started(path: Path) -> tuple[Recorder, dict[str, str]]:
+    """A ledger where a live runtime's turn started a Bash call 30 s ago (its pid long gone):
+    the recorder, and the call's turn, id and tool."""
+    rec = Recorder(path)
+    rec.runtime()
+    call = {"turn": "s.t1", "call": "s.c1", "tool": "Bash"}
+    rec("turn.started", turn="s.t1", ago=30)
+    rec("tool.requested", **call, ago=30, attrs={"class": "process"})
+    rec("tool.started", **call, ago=30, attrs={"pid": 999_999, "create_time": 1.0})
+    return rec, call
+
+
 @pytest.mark.parametrize("recovered", [True, False])
 async def test_the_answer_a_recoverys_kill_causes_is_not_activity_after_settle(
     tmp_path: Path, recovered: bool
@@ -339,12 +351,7 @@ async def test_the_answer_a_recoverys_kill_causes_is_not_activity_after_settle(
     (its process is dead): that answer is the recovery's echo, and the session reads fixed. An
     answer with no recovery before it is still activity after the settle."""
     path = tmp_path / "ledger.sqlite3"
-    rec = Recorder(path)
-    rec.runtime()
-    call = {"turn": "s.t1", "call": "s.c1", "tool": "Bash"}
-    rec("turn.started", turn="s.t1", ago=30)
-    rec("tool.requested", **call, ago=30, attrs={"class": "process"})
-    rec("tool.started", **call, ago=30, attrs={"pid": 999_999, "create_time": 1.0})
+    rec, call = bash_started(path)
     rec("abort.rpc.received", turn="s.t1", ago=25, attrs={"source": "ui", "receipt": "accepted"})
     rec("tools.abort.sent", **call, ago=25, attrs={"policy": "grace", "source": "ui"})
     rec("tool.grace.expired", **call, ago=15)
@@ -374,12 +381,7 @@ async def test_a_runtimes_own_record_arriving_behind_a_recovery_is_not_activity_
     holds arrived late, it did not happen late: no finding. An end after it is still one (the
     chaos test's writer victim: ``watch --once`` reported this forever, exit 1)."""
     path = tmp_path / "ledger.sqlite3"
-    rec = Recorder(path)
-    rec.runtime()
-    call = {"turn": "s.t1", "call": "s.c1", "tool": "Bash"}
-    rec("turn.started", turn="s.t1", ago=30)
-    rec("tool.requested", **call, ago=30, attrs={"class": "process"})
-    rec("tool.started", **call, ago=30, attrs={"pid": 999_999, "create_time": 1.0})
+    rec, call = bash_started(path)
     by_dog = {"settled_by": "watchdog"}
     rec("tool.finished", **call, ago=6, attrs={"outcome": "aborted", **by_dog})
     for kind in ("turn.settled", "abort.rpc.returned", "processing.cleared"):

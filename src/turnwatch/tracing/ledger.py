@@ -61,8 +61,9 @@ BACKLOG_MAX = 100_000
 #: ``ledger.gap`` per session once the writer catches up. About 100 MB at most.
 QUEUE_MAX = 100_000
 DROPPED_SESSIONS_MAX = 10_000
-#: How often a producer that waits for the writer (``append(wait=True)``) looks again.
-ROOM_POLL_S = 0.002
+#: A producer waiting for the writer (``append(wait=True)``) is woken by it as it drains the
+#: queue; past this it looks whether the writer still runs at all.
+ROOM_WAIT_S = 0.5
 #: How long a flush (and so ``close()``, which then counts what waits lost) waits for a file
 #: that cannot be written.
 CLOSE_WAIT_FAILING_S = 5.0
@@ -156,6 +157,8 @@ class Ledger:
         self._closed = False
         # Set by flush(): the writer cuts its linger short, so a flush costs no extra wait.
         self._hurry = threading.Event()
+        # Set by the writer once under half of QUEUE_MAX waits: producers that wait for room.
+        self._room = threading.Event()
         self._thread = threading.Thread(target=self._run, name="turnwatch-ledger", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -191,11 +194,14 @@ class Ledger:
         (a reader in the writer's own thread), or it has stopped (False)."""
         if threading.current_thread() is self._thread:
             return False
+        self._hurry.set()  # no linger: it is behind
         while self._queue.qsize() >= QUEUE_MAX // 2:
             if self._closed or not self._thread.is_alive():
                 return False
-            self._hurry.set()  # no linger: it is behind
-            time.sleep(ROOM_POLL_S)
+            self._room.clear()
+            if self._queue.qsize() < QUEUE_MAX // 2:  # drained between the look and the clear
+                break
+            self._room.wait(ROOM_WAIT_S)
         return True
 
     def _drop(self, event: Event) -> None:
@@ -310,6 +316,8 @@ class Ledger:
                 self._hurry.wait(LINGER_S)
                 self._hurry.clear()
             batch, metas, waiters, stop = self._drain(item)
+            if self._queue.qsize() < QUEUE_MAX // 2:
+                self._room.set()  # producers waiting for room (append(wait=True)) go on
             self._waiters += waiters
             if batch and not self._backlog and self._commit(batch):
                 pass  # the usual case: written at once, nothing waits
