@@ -8,7 +8,8 @@ import contextlib
 import logging
 import os
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -133,21 +134,27 @@ def test_the_readers_see_each_event_once_across_an_outage(small_fs: Path, spans:
     assert seen == [-2.0, -1.0, *(float(i) for i in range(1500))]
 
 
+def holding() -> tuple[threading.Event, threading.Event, Callable[[Event], None]]:
+    """A reader that holds the writer at its first event until the gate opens: (entered, gate,
+    the reader)."""
+    entered, gate = threading.Event(), threading.Event()
+
+    def stuck(ev: Event) -> None:
+        entered.set()
+        gate.wait(30)
+
+    return entered, gate, stuck
+
+
 def test_a_writer_far_behind_keeps_a_bounded_queue_and_marks_what_it_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The loop outpacing the writer (a slow disk, a reader stuck in the writer thread): what
     waits for the writer is bounded too. Past the bound new events are counted lost, said once,
     and a ``ledger.gap`` per session marks them once the writer catches up."""
-    import threading
-
     monkeypatch.setattr(ledger_module, "QUEUE_MAX", 500)
     ledger = Ledger(tmp_path / "ledger.sqlite3")
-    entered, gate = threading.Event(), threading.Event()
-
-    def stuck(ev: Event) -> None:  # the first event holds the writer until the gate opens
-        entered.set()
-        gate.wait(30)
+    entered, gate, stuck = holding()
 
     Telemetry(ledger=ledger, observers=[stuck])
     try:
@@ -180,17 +187,12 @@ def test_a_reader_of_a_file_waits_for_the_writer_and_loses_nothing(
     never the runtime's loop) waits for the writer past the bound instead of dropping."""
     import io
     import json
-    import threading
 
     from turnwatch.tracing.ingest import IngestReport, ingest
 
     monkeypatch.setattr(ledger_module, "QUEUE_MAX", 500)
     ledger = Ledger(tmp_path / "ledger.sqlite3")
-    entered, gate = threading.Event(), threading.Event()
-
-    def stuck(ev: Event) -> None:  # the first event holds the writer until the gate opens
-        entered.set()
-        gate.wait(30)
+    entered, gate, stuck = holding()
 
     lines = "".join(
         json.dumps({**e.to_json(), "tool": "Grep"}) + "\n" for e in events(1500)
