@@ -73,6 +73,8 @@ EVENT_KINDS: Final = frozenset(STOP_PATH_KINDS + OTHER_KINDS)
 
 # --- Event attribute keys (design §3; documented in docs/names.md, "Event attributes") ---
 K_SOURCE: Final = "source"
+#: ``attrs.source`` of the agent CLIs whose session files turnwatch reads.
+AGENT_CLI_SOURCES: Final = frozenset({"codex", "claude-code", "gemini-cli"})
 #: ``attrs.source`` of the browser module's ``stop.clicked`` and ``processing.cleared`` (design
 #: §6a): their times are the browser's clock, read at the click and when the UI rendered idle.
 SOURCE_BROWSER: Final = "browser"
@@ -124,6 +126,9 @@ K_BACKGROUND: Final = "background"
 K_ARGS: Final = "args"
 K_PROJECT: Final = "project"
 K_PARENT_SESSION: Final = "parent_session"
+#: A permission event an agent-CLI reader inferred (the CLI writes no prompt to its log): why,
+#: as the rule's name. A recorded prompt never carries it.
+K_INFERRED: Final = "inferred"
 #: Every key an event's ``attrs`` may carry: a producer emitting another is a defect.
 EVENT_ATTRIBUTES: Final = frozenset(
     {
@@ -175,6 +180,7 @@ EVENT_ATTRIBUTES: Final = frozenset(
         K_ARGS,
         K_PROJECT,
         K_PARENT_SESSION,
+        K_INFERRED,
     }
 )
 

@@ -32,6 +32,23 @@ NEXT_PROMPT = "next_prompt"
 #: The event schema's longest id (session, turn, call, tool name).
 MAX_ID = 256
 
+#: Tools that wait for the user's answer whenever they run (a question, a plan to approve): one
+#: open is a session waiting on its user. The names as the CLIs spell them: the recording peer's
+#: list (Irrlicht, ``isUserBlockingTool``) and Codex's ``request_user_input``.
+ASKS_USER = frozenset(
+    {
+        "AskUserQuestion",
+        "ExitPlanMode",
+        "question",
+        "ask_user_question",
+        "exit_plan_mode",
+        "ask_user",
+        "request_user_input",
+    }
+)
+#: ``attrs.inferred`` of a wait read from a tool of :data:`ASKS_USER`.
+USER_BLOCKING_TOOL = "user_blocking_tool"
+
 
 def ident(value: Any) -> str | None:
     """A CLI's id as an event may carry it: a non-empty string; one over :data:`MAX_ID` is cut
@@ -82,6 +99,9 @@ class Translator:
         self.turn_open = False
         self.ts = 0.0  # the last record's time: records without one happen then
         self.calls: dict[str, str] = {}  # open calls of the current turn: id → tool
+        #: Calls of the current turn waiting on a prompt the log does not hold (inferred): id →
+        #: the rule that inferred it.
+        self.waits: dict[str, str] = {}
         self.unknown: Counter[str] = Counter()
         self._out: list[Event] = []
 
@@ -118,6 +138,7 @@ class Translator:
             "turn_open": self.turn_open,
             "ts": self.ts,
             "calls": dict(self.calls),
+            "waits": dict(self.waits),
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -127,6 +148,7 @@ class Translator:
         self.turn_open = bool(state.get("turn_open"))
         self.ts = float(state.get("ts") or 0.0)
         self.calls = dict(state.get("calls") or {})
+        self.waits = dict(state.get("waits") or {})
 
     def skip(self, what: str) -> None:
         """A record of a type this adapter does not know (or need): counted, never fatal."""
@@ -200,6 +222,18 @@ class Translator:
         """
         if not self.turn_open or self.turn is None:
             return
+        # A prompt the log never held goes with its turn (a turn ends no other way while one is
+        # open): its end is said before the settle, as the runtime cancels a pending permission.
+        for call, rule in self.waits.items():
+            self.emit(
+                names.PERMISSION_CANCELLED,
+                ts,
+                turn=self.turn,
+                call=call,
+                tool=self.calls.get(call, "?"),
+                attrs={names.K_INFERRED: rule},
+            )
+        self.waits = {}
         attrs: dict[str, Any] = {names.K_OUTCOME: outcome.value}
         if reason is not None:
             attrs[names.K_REASON] = reason
@@ -236,16 +270,46 @@ class Translator:
             attrs[names.K_ARGS] = _capped(args)
         self.emit(names.TOOL_REQUESTED, ts, turn=self.turn, call=call, tool=tool, attrs=attrs)
         self.emit(names.TOOL_STARTED, ts, turn=self.turn, call=call, tool=tool, attrs=started)
+        if tool in ASKS_USER:
+            self.wait_inferred(ts, call, USER_BLOCKING_TOOL)
+
+    def wait_inferred(self, ts: float, call: str, rule: str) -> None:
+        """The open ``call`` waits on its user, as ``rule`` infers from what the log holds (no
+        CLI writes its prompt): ``permission.requested`` with ``attrs.inferred``, at ``ts``,
+        when the prompt appeared. Its end follows the call's (granted once it ran, denied as the
+        log says) or the turn's (cancelled)."""
+        tool = self.calls.get(call)
+        if tool is None or call in self.waits or self.turn is None or not self.turn_open:
+            return  # a call its turn's end left open waits on no prompt: the prompt went with it
+        self.waits[call] = rule
+        self.emit(
+            names.PERMISSION_REQUESTED,
+            ts,
+            turn=self.turn,
+            call=call,
+            tool=tool,
+            attrs={names.K_INFERRED: rule},
+        )
 
     def call_ended(self, ts: float, call: Any, outcome: Outcome) -> None:
         call = ident(call)
         tool = self.calls.pop(call, None) if call is not None else None
         if tool is None or self.turn is None:
             return  # a result for a call this reader never saw start (a file read from the middle)
-        if outcome is Outcome.DENIED:
+        rule = self.waits.pop(call, None)
+        if rule is not None and outcome is not Outcome.DENIED:
+            # It ran, or was ended: its wait ended by an answer (or an Esc) the log does not hold.
+            answer: dict[str, Any] = {names.K_INFERRED: rule}
+            if outcome is Outcome.ABORTED:
+                kind = names.PERMISSION_CANCELLED
+            else:
+                kind, answer[names.K_APPROVED] = names.PERMISSION_GRANTED, True
+            self.emit(kind, ts, turn=self.turn, call=call, tool=tool, attrs=answer)
+        elif outcome is Outcome.DENIED:
             # A denial means a prompt was shown; the logs write only its answer, so both are
-            # recorded at the answer's time.
-            self.emit(names.PERMISSION_REQUESTED, ts, turn=self.turn, call=call, tool=tool)
+            # recorded at the answer's time (the request once: an inferred one came first).
+            if rule is None:
+                self.emit(names.PERMISSION_REQUESTED, ts, turn=self.turn, call=call, tool=tool)
             self.emit(
                 names.PERMISSION_DENIED,
                 ts,

@@ -8,7 +8,10 @@ Each line is one record with a ``type``. What turnwatch reads:
 - ``user`` with ``tool_result`` blocks: results; ``toolUseResult`` says ``interrupted``, a
   rejection (``User rejected tool use``), or a ``backgroundTaskId``;
 - ``user`` whose text is ``[Request interrupted by user]`` or ``[Request interrupted by user for
-  tool use]``: the interrupt.
+  tool use]``: the interrupt;
+- ``user`` whose text is the CLI's own wrapper of a ``!command`` typed in the TUI (``<bash-input>``,
+  ``<bash-stdout>``…) or of a local command's output (``<local-command-stdout>``…): no turn. The
+  command runs in the user's shell with no model, and no turn end follows to settle one.
 
 Claude Code fires no hook on an interrupt and keeps its permission prompt on screen only: a
 prompt waiting for the user is not in the file.
@@ -39,6 +42,19 @@ _QUIET = frozenset(
     }
 )
 _ENDS = frozenset({"end_turn"})
+#: The tags Claude Code wraps its own text in, never a prompt (its list, as 2.1.197 has it).
+_LOCAL = tuple(
+    f"<{tag}>"
+    for tag in (
+        "bash-input",
+        "bash-stdout",
+        "bash-stderr",
+        "bash-exit-code",
+        "local-command-stdout",
+        "local-command-stderr",
+        "local-command-caveat",
+    )
+)
 
 
 class ClaudeCode(Translator):
@@ -79,6 +95,8 @@ class ClaudeCode(Translator):
             return
         if rec.get("isMeta") or rec.get("isSidechain") or rec.get("isCompactSummary"):
             return  # the CLI's own injected text, or a subagent's: not the user's prompt
+        if text.lstrip().startswith(_LOCAL):
+            return  # a shell escape or a local command's output: the user's, with no model
         turn = rec.get("promptId") or rec.get("uuid")
         if isinstance(turn, str) and text:
             self.begin_turn(ts, turn)

@@ -11,7 +11,10 @@ running is not in the file.
   tool results going back to the model (the same turn);
 - ``gemini`` without tool calls: the turn's end, held until the next record shows the reply
   was not rewritten with tool calls;
-- ``info`` ``Request cancelled.``: the interrupt; ``error``: the turn failed.
+- ``info`` ``Request cancelled.``: the interrupt; ``error``: the turn failed;
+- ``user`` text opening ``I ran the following shell command:``: a ``!command`` typed in the TUI,
+  run in a local shell with no model and written as this preamble for the model's history. No
+  turn: no reply follows to end one.
 
 A prompt cancelled before the model answered is written after its cancel (0.61 writes the
 ``info`` first, then the ``user`` record): a cancel with no turn open is held, and the prompt
@@ -28,6 +31,8 @@ from turnwatch.runtime.events import Event
 from turnwatch.runtime.model import Outcome
 
 CANCELLED = "Request cancelled."
+#: How 0.61 writes a shell escape into the chat (``addShellCommandToGeminiHistory``).
+SHELL_ESCAPE = "I ran the following shell command:"
 _STATUS = {
     "success": Outcome.COMPLETED,
     "error": Outcome.FAILED,
@@ -106,9 +111,11 @@ class GeminiCli(Translator):
             self.end_turn(ts, Outcome.COMPLETED)
 
     def _user(self, ts: float, rec: dict[str, Any], rid: Any) -> None:
-        content = rec.get("content")
-        if not text_of(content).strip() or not isinstance(rid, str):
+        text = text_of(rec.get("content")).strip()
+        if not text or not isinstance(rid, str):
             return  # function responses: the turn goes on
+        if text.startswith(SHELL_ESCAPE):
+            return  # a shell escape: the user's command, no model turn
         self.seen = set()
         self.begin_turn(ts, rid)
 
