@@ -271,6 +271,7 @@ function renderTimeline(ex) {
       return el("tr", {}, el("td", {}, t.call), el("td", {}, t.tool), el("td", {}, t.tool_class), el("td", {}, t.policy), el("td", {}, t.outcome), el("td", {}, bar));
     }),
   );
+  renderArc(ex.arc);
   $("#tl-reasons").replaceChildren(...ex.reasons.map((r) => el("li", {}, r)));
   // What the CLI says next: the command to copy, or that there is nothing to recover yet.
   $("#tl-verdict").hidden = !ex.verdict || !ex.reasons.length;
@@ -279,6 +280,28 @@ function renderTimeline(ex) {
     scrollToTimeline = false;
     $("#timeline").scrollIntoView({ block: "start" });
   }
+}
+
+// The session's states as its user lived them (the arc `turnwatch explain` draws): the last
+// ARC_SHOWN, each with when it began and the event that moved it, an inferred one marked.
+const ARC_SHOWN = 12;
+function renderArc(arc) {
+  const steps = arc ? arc.steps : [];
+  $("#tl-arc-head").hidden = $("#tl-arc").hidden = steps.length === 0;
+  if (!steps.length) return;
+  $("#tl-arc-stops").textContent = `${arc.stops} stop${arc.stops === 1 ? "" : "s"}`;
+  const shown = steps.slice(-ARC_SHOWN);
+  const items = shown.map((s) =>
+    el(
+      "li",
+      { "data-state": s.state },
+      el("span", { class: "off" }, new Date(s.since * 1000).toLocaleTimeString()),
+      el("span", { class: `state-${s.state}` }, s.state),
+      ` — ${s.event}` + (s.inferred ? ` (inferred: ${s.inferred})` : ""),
+    ),
+  );
+  if (arc.cut || shown.length < steps.length) items.unshift(el("li", { class: "muted" }, "earlier states left out"));
+  $("#tl-arc").replaceChildren(...items);
 }
 
 async function refresh() {

@@ -97,6 +97,14 @@ def test_stop_clicked_in_chromium_is_traced_from_the_click_to_idle(tmp_path: Pat
                 measured[session] = stop_in_browser(page, session)["stopToIdle"]
                 page.click(f'tr[data-session="{session}"]')  # its timeline, below the table
             page.wait_for_selector("#tl-steps li")
+            # The selected session's states as its user lived them, its stop counted.
+            page.wait_for_function(
+                "document.querySelector('#tl-arc-stops')?.textContent === '1 stop'"
+            )
+            states = page.eval_on_selector_all(
+                "#tl-arc li[data-state]", "els => els.map(e => e.dataset.state)"
+            )
+            assert states == ["ready", "working", "ready"]
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "live-page-after-stop.png"), full_page=True)
             # The legacy session pins until the watchdog beside it recovers it; its idle is

@@ -20,6 +20,7 @@ from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold, Move
 from turnwatch.runtime.model import SessionStatus, ToolClass
 from turnwatch.tracing import view
+from turnwatch.tracing.arc import Arc, read_arc
 from turnwatch.watchdog.holds import what_holds
 from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding
 
@@ -76,6 +77,8 @@ class Explanation:
     #: The session whose run started this one (a nested run), and the runs this one started.
     parent: str | None = None
     children: list[str] = field(default_factory=list)
+    #: The session's states as its user lived them (ready, working, waiting), in order.
+    arc: Arc = field(default_factory=Arc)
 
     @property
     def total(self) -> float:
@@ -112,6 +115,7 @@ def build(
     ex.source = view.producer(conn, session)
     ex.parent = stop.parent_session if stop is not None else None
     ex.children = view.children(conn, session)
+    ex.arc = read_arc(conn, session)
     for st in steps:
         for move in st.moves:
             if move in _STEP_LABEL and not (
@@ -155,6 +159,12 @@ def build(
                 if row.state is SessionStatus.UNKNOWN
                 else ""
             )
+        )
+    last = ex.arc.steps[-1] if ex.arc.steps else None
+    if last is not None and last.inferred is not None:
+        ex.notes.append(
+            f"the session's {last.state} is inferred ({last.inferred}): its agent CLI writes no "
+            "prompt to its log"
         )
     if row is not None and row.turn == turn:
         hold = what_holds(conn, session, cfg=cfg, now=now, row=row)  # as recover asks it
@@ -265,6 +275,7 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         wf.add_row(*cells, t.outcome, released, _bar(t, total, bar_w))
     legend = Text("timeline: ░ ran unaware of the stop  █ stopping  ✕ never began", style="dim")
     parts: list[object] = [head, *tree, Text(""), steps, Text(""), wf, legend]
+    parts += _arc(ex)
     parts += [Text(f"note: {n}", style="yellow") for n in ex.notes]
     if ex.reasons:
         parts += [Text(""), Text("What still holds the session:", style="bold red")]
@@ -279,6 +290,34 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         console.print(f"Recover with: [bold]{ex.verdict}{ledger_hint}[/]", soft_wrap=True)
     elif ex.reasons:
         console.print(ex.verdict, soft_wrap=True)
+
+
+#: explain draws this many of an arc's last states (``--json`` has them all).
+ARC_SHOWN = 12
+_ARC_STYLE = {"ready": "green", "working": "yellow", "waiting": "bold magenta"}
+
+
+def _arc(ex: Explanation) -> list[object]:
+    """An agent-CLI session's states as its user lived them: when, which, moved by what (a
+    runtime's session has the stop's steps; its arc is in ``--json`` and on the page)."""
+    if ex.source not in names.AGENT_CLI_SOURCES or not ex.arc.steps:
+        return []
+    arc = ex.arc
+    t = Table(box=None, show_header=True, pad_edge=False, title_justify="left")
+    t.title = f"States ({arc.stops} stop{'' if arc.stops == 1 else 's'})"
+    for col in ("since", "state", "moved by"):
+        t.add_column(col, no_wrap=col != "moved by")
+    shown = arc.steps[-ARC_SHOWN:]
+    if arc.cut or len(shown) < len(arc.steps):
+        t.add_row("…", Text("earlier states left out", style="dim"), "")
+    for step in shown:
+        why = step.event + (f" (inferred: {step.inferred})" if step.inferred else "")
+        t.add_row(
+            _clock(step.since),
+            Text(step.state, style=_ARC_STYLE.get(step.state, "")),
+            Text(why, style="dim"),
+        )
+    return [Text(""), t]
 
 
 def _clock(ts: float | None) -> str:

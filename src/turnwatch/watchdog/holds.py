@@ -28,8 +28,14 @@ class Waiting:
     tool: str
     call: str
     tool_class: str
+    prompt: bool = False  # it waits on its user's answer to a permission prompt
 
     def reason(self) -> str:
+        if self.prompt:
+            return (
+                f"{self.tool} {self.call} ({self.tool_class}) waits for its user to answer a "
+                "permission prompt; the turn cannot settle before the answer or a stop"
+            )
         return (
             f"{self.tool} {self.call} ({self.tool_class}) has not returned; the turn cannot "
             "settle before it does"
@@ -61,6 +67,11 @@ class Hold:
         """The line that ends what a command says of it."""
         if self.recoverable:
             return f"turnwatch recover {self.session}"
+        if self.waiting and all(w.prompt for w in self.waiting):
+            return (
+                f"nothing to recover in session {self.session}: it waits for its user to "
+                "answer a permission prompt"
+            )
         if self.waiting:
             return (
                 f"nothing to recover in session {self.session} yet: it waits for a call that "
@@ -92,11 +103,11 @@ def what_holds(
         return hold
     covered = {f.call for f in hold.findings}
     hold.waiting = [
-        Waiting(c.tool or "?", c.call, c.tool_class or "?")
+        Waiting(c.tool or "?", c.call, c.tool_class or "?", c.prompt_open)
         for c in row.calls
         if c.turn == row.turn
         and c.ended_ts is None
-        and c.started_ts is not None
+        and (c.started_ts is not None or c.prompt_open)
         and c.call not in covered
     ]
     return hold
