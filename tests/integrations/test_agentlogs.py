@@ -47,13 +47,14 @@ def kinds(evs: list[Event]) -> list[str]:
 
 
 def test_every_recording_agrees_with_its_arc_or_the_readme_says_why(tmp_path: Path) -> None:
+    """Whole arcs and their stops, each recording against its scenario's expected arc (a
+    regression, which has none, against the peer's own replay)."""
     rows = agent_arcs.measure(tmp_path / "arcs.sqlite3")
     assert len(rows) == 25
-    differs = set()
-    for arc, got in rows:
-        if arc.expected is not None and got != agent_arcs.STATE_OF[arc.expected]:
-            differs.add(arc.key)
+    differs = {a.key for a, got in rows if agent_arcs.agrees(a, got) is False}
     assert differs == set(agent_arcs.EXPLAINED)  # every difference explained, none stale
+    off_replay = {a.key for a, got in rows if a.expected is None and got.states != a.replayed}
+    assert off_replay == set(agent_arcs.AGAINST_REPLAY)
     assert agent_arcs.readme_table() == agent_arcs.table(rows)
 
 
