@@ -266,3 +266,32 @@ def test_explain_draws_the_arc_and_says_what_the_session_waits_for(tmp_path: Pat
     assert [s["state"] for s in data["arc"]["steps"]] == ["ready", "working", "waiting"]
     assert data["arc"]["steps"][-1]["inferred"] == "approval_policy"
     assert (data["arc"]["stops"], data["arc"]["cut"]) == (0, False)
+
+
+# --- compaction ---
+
+
+@pytest.mark.parametrize(("trigger", "ends"), [("manual", True), ("auto", False)])
+def test_a_manual_compact_ends_the_turn_before_it(trigger: str, ends: bool) -> None:
+    """A ``/compact`` (Claude Code's ``compact_boundary``, ``trigger: manual``) replaces the
+    context: a turn a lost result left open is over, its call left open for the watchdog. One
+    the CLI makes mid-turn (``auto``) goes on."""
+    recs = records(CLAUDE_TOOL)
+    (asked,) = [
+        i
+        for i, r in enumerate(recs)
+        if r.get("type") == "assistant"
+        and any(b.get("type") == "tool_use" for b in r["message"]["content"])
+    ]
+    boundary = {
+        **{k: recs[asked][k] for k in ("sessionId", "cwd", "version", "timestamp")},
+        "type": "system",
+        "subtype": "compact_boundary",
+        "content": "Conversation compacted",
+        "compactMetadata": {"trigger": trigger, "preTokens": 20965, "durationMs": 15335},
+    }
+    evs = read("claude-code", [*recs[: asked + 1], boundary])
+    settled = [e for e in evs if e.kind == names.TURN_SETTLED]
+    assert [e.attrs.get(names.K_REASON) for e in settled] == (["compacted"] if ends else [])
+    assert arc_of(evs).states[-1] == ("ready" if ends else "working")
+    assert [e.kind for e in evs if e.kind.startswith("tool.")][-1] == names.TOOL_STARTED

@@ -9,6 +9,7 @@ Each line is one record with a ``type``. What turnwatch reads:
   rejection (``User rejected tool use``), or a ``backgroundTaskId``;
 - ``user`` whose text is ``[Request interrupted by user]`` or ``[Request interrupted by user for
   tool use]``: the interrupt;
+- ``system/compact_boundary`` of a manual ``/compact``: the end of the turn before it;
 - ``user`` whose text is the CLI's own wrapper of a ``!command`` typed in the TUI (``<bash-input>``,
   ``<bash-stdout>``…) or of a local command's output (``<local-command-stdout>``…): no turn. The
   command runs in the user's shell with no model, and no turn end follows to settle one.
@@ -73,8 +74,13 @@ class ClaudeCode(Translator):
         elif kind == "assistant":
             self._assistant(ts, rec)
         elif kind == "system":
-            if rec.get("subtype") == "turn_duration" and not self.calls:
+            sub = rec.get("subtype")
+            if sub == "turn_duration" and not self.calls:
                 self.end_turn(ts, Outcome.COMPLETED, duration_ms=rec.get("durationMs"))
+            elif sub == "compact_boundary" and _manual(rec.get("compactMetadata")):
+                # A /compact replaced the context: the turn before it is over, even one a
+                # lost result left open (its calls stay open: the watchdog looks at them).
+                self.end_turn(ts, Outcome.COMPLETED, reason="compacted")
         elif kind not in _QUIET:
             self.skip(str(kind))
 
@@ -119,6 +125,11 @@ class ClaudeCode(Translator):
                 self.call_started(ts, call, name, args=args, background=bg)
         if not uses and msg.get("stop_reason") in _ENDS and not self.calls:
             self.end_turn(ts, Outcome.COMPLETED)
+
+
+def _manual(meta: Any) -> bool:
+    """A compaction the user asked for (``/compact``); one the CLI makes mid-turn goes on."""
+    return isinstance(meta, dict) and meta.get("trigger") == "manual"
 
 
 def _outcome(block: dict[str, Any], result: Any) -> Outcome:
