@@ -295,3 +295,17 @@ def test_a_manual_compact_ends_the_turn_before_it(trigger: str, ends: bool) -> N
     assert [e.attrs.get(names.K_REASON) for e in settled] == (["compacted"] if ends else [])
     assert arc_of(evs).states[-1] == ("ready" if ends else "working")
     assert [e.kind for e in evs if e.kind.startswith("tool.")][-1] == names.TOOL_STARTED
+
+
+# --- subagents ---
+
+
+def test_a_subagents_own_file_says_nothing_of_its_parent_session() -> None:
+    """Claude Code writes a subagent's steps to ``<session>/subagents/agent-<id>.jsonl``, every
+    record a sidechain with its parent's ``sessionId``. Read, it announced the parent's session
+    again with the subagent's file as its log, the file the watchdog asks the CLI to hold open."""
+    parent = records(CLAUDE_TOOL)
+    sub = [{**r, "isSidechain": True, "agentId": "a9df09b50d5f3ad98"} for r in parent]
+    assert read("claude-code", sub) == []
+    started = [e for e in read("claude-code", parent) if e.kind == names.RUNTIME_STARTED]
+    assert len(started) == 1  # the parent's own file announces it, once

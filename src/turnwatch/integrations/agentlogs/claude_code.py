@@ -65,9 +65,18 @@ class ClaudeCode(Translator):
         kind = rec.get("type")
         sid = rec.get("sessionId")
         ts = self.at(rec.get("timestamp"))
-        if isinstance(sid, str) and sid and sid != self.session and "cwd" in rec:
+        if (
+            isinstance(sid, str)
+            and sid
+            and sid != self.session
+            and "cwd" in rec
+            and not rec.get("isSidechain")
+        ):
             # Announced with the first record that says where the CLI runs (the first lines,
-            # permission-mode and the like, do not): the watchdog needs that to find it.
+            # permission-mode and the like, do not): the watchdog needs that to find it. A
+            # subagent's own file (<session>/subagents/agent-*.jsonl: every record a sidechain,
+            # with its parent's sessionId) announces nothing: its parent's Task call covers it,
+            # and the session's file stays the parent's (the watchdog asks who holds it open).
             self.announce(ts, sid, rec.get("version"), cwd=rec.get("cwd"))
         if kind == "user":
             self._user(ts, rec)
