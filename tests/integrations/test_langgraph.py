@@ -372,3 +372,92 @@ async def test_astream_refuses_what_it_cannot_read_before_it_starts(
         async for _ in app.astream({"messages": []}, None, session="s", **kw):
             pass
     assert t.model_calls == 0
+
+
+# --- create_agent, through its middleware ---
+
+
+def counted(messages: list[AIMessage], asked: list[int]) -> Any:
+    """The scripted answers, counting how many the model gave."""
+    for m in messages:
+        asked[0] += 1
+        yield m
+
+
+async def test_create_agent_wrapped_by_its_middleware_stops_the_adrs_way(
+    rt: Runtime, sink: MemorySink, checkpointer: Any
+) -> None:
+    """LangChain's ``create_agent`` with :class:`TurnwatchMiddleware`: the same stop as a
+    ``tool_node``'s (each call by its class, every call answered, a resume reruns nothing)."""
+    from langchain.agents import create_agent
+
+    from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
+
+    t = Tools()
+    asked = [0]
+    script = [AIMessage(content="", tool_calls=CALLS)] + [AIMessage(content="done")] * 3
+    agent = create_agent(
+        model=Scripted(messages=counted(script, asked)),
+        tools=t.all,
+        middleware=[TurnwatchMiddleware(rt, t.all)],
+        checkpointer=checkpointer,
+    )
+    app = StoppableGraph(agent, rt)
+    cfg = {"configurable": {"thread_id": "ca"}}
+    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="ca"))
+    await until(lambda: len(marked_alive("ca")) >= 3 and t.started, what="the tools")
+    assert await rt.abort("ca") is Receipt.ACCEPTED
+    assert marked_alive("ca") == []  # nothing of the process call outlived abort()
+    assert t.written == ["a"]  # the write awaited
+    final = await asyncio.wait_for(run, 10)
+    assert asked[0] == 1  # the model was not asked again after the stop
+    assert unanswered(final["messages"]) == set()
+    state = await app.graph.aget_state(cfg)
+    assert unanswered(state.values["messages"]) == set()
+    await app.ainvoke(None, cfg, session="ca")  # the resume asks the model, reruns no call
+    assert t.started == t.written == ["a"]
+    ended = {
+        str(e.call): e.attrs.get("outcome")
+        for e in sink
+        if e.kind == names.TOOL_FINISHED and e.call is not None
+    }
+    assert ended == {"p1": "aborted", "w1": "completed_after_stop"}
+    assert [e.call for e in sink if e.kind == names.TOOL_RESULT_DISCARDED] == ["r1"]
+    assert check_invariants(list(sink)) == []
+
+
+def test_the_middleware_refuses_an_unknown_class_when_built(rt: Runtime) -> None:
+    from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
+
+    @classed("sometimes")
+    @tool
+    async def odd() -> str:
+        """odd"""
+        return ""
+
+    with pytest.raises(ToolClassError, match="sometimes"):
+        TurnwatchMiddleware(rt, [odd])
+
+
+async def test_create_agent_outside_a_stoppable_graph_runs_as_langgraph_runs_it(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    from langchain.agents import create_agent
+
+    from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
+
+    @classed("mutating")
+    @tool
+    async def write(text: str) -> str:
+        """a write"""
+        return "written"
+
+    script = [AIMessage(content="", tool_calls=[CALLS[2]]), AIMessage(content="done")]
+    agent = create_agent(
+        model=Scripted(messages=iter(script)),
+        tools=[write],
+        middleware=[TurnwatchMiddleware(rt, [write])],
+    )
+    out = await agent.ainvoke({"messages": [("user", "go")]})  # type: ignore[call-overload]
+    assert [m.content for m in out["messages"] if isinstance(m, ToolMessage)] == ["written"]
+    assert list(sink) == []  # no turn, no event: LangGraph's own run

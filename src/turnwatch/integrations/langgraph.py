@@ -23,9 +23,11 @@ mutating tool again (``../shared/frameworks-next.md``). Wrapped:
   last step's, whose calls were all answered.
 - A run whose task is cancelled from outside is a stop too (source ``cancel``).
 
-Not yet wrapped: ``create_agent``'s middleware (``AgentMiddleware``, the ``langchain`` package),
-approvals (``interrupt()``), subgraphs' own tool nodes unless built with :func:`tool_node`,
-``astream_events``.
+``create_agent``'s agents: :class:`turnwatch.integrations.langgraph_middleware.TurnwatchMiddleware`
+in its ``middleware``, the agent run in a :class:`StoppableGraph`.
+
+Not yet wrapped: approvals (``interrupt()``), subgraphs' own tool nodes unless built with
+:func:`tool_node`, ``astream_events``.
 """
 
 from __future__ import annotations
@@ -78,6 +80,11 @@ class _Hook:
         self.classes, self.default = classes, default
         self.dispatch: Dispatcher = dispatcher(runtime.host, "tool_node")
         self.dispatch.add_tools(list(classes))
+
+    def learn(self, name: str, cls: ToolClass) -> None:
+        """A tool first seen at its call (one another middleware added): its class, now."""
+        self.dispatch.add_tools([name])
+        self.classes[name] = cls
 
     async def __call__(self, request: ToolCallRequest, execute: Execute) -> Any:
         turn = RUN_TURN.get()
@@ -188,6 +195,10 @@ class StoppableGraph:
         streamed = list(dict.fromkeys(["updates", *modes]))
         stream = self.graph.astream(input, config, stream_mode=streamed, **kwargs).__aiter__()
         cut = False  # the run's step was cancelled by the stop
+        # The tool calls the model asked for, and those answered, as the updates say: a tools
+        # step may come as one update (a ToolNode) or one per call (create_agent sends each).
+        asked: set[str] = set()
+        answered: set[str] = set()
         try:
             while True:
                 step = asyncio.ensure_future(stream.__anext__())
@@ -202,7 +213,9 @@ class StoppableGraph:
                 except StopAsyncIteration:
                     break
                 yield mode, chunk
-                if stopped.is_set() and mode == "updates" and _answers(chunk):
+                if mode != "updates" or not _note(chunk, asked, answered):
+                    continue
+                if stopped.is_set() and asked <= answered:
                     break  # the tools step the stop reached is written: end before the model
         except asyncio.CancelledError:
             await stop_on_cancel(self.runtime, turn)
@@ -258,15 +271,22 @@ class StoppableGraph:
             )
 
 
-def _answers(chunk: Any) -> bool:
-    """An ``updates`` chunk of a tools step: some node's update holds ``ToolMessage``s."""
+def _note(chunk: Any, asked: set[str], answered: set[str]) -> bool:
+    """Read an ``updates`` chunk: the calls a model's message asks for (``asked``, replaced),
+    those its ``ToolMessage``s answer (``answered``); True if it answered any."""
     if not isinstance(chunk, dict):
         return False
+    answers = False
     for update in chunk.values():
         found = update.get("messages") if isinstance(update, dict) else None
-        if isinstance(found, list) and any(isinstance(m, ToolMessage) for m in found):
-            return True
-    return False
+        for m in found if isinstance(found, list) else ():
+            if isinstance(m, AIMessage) and m.tool_calls:
+                asked.clear()
+                asked.update(str(c["id"]) for c in m.tool_calls)
+            elif isinstance(m, ToolMessage):
+                answered.add(str(m.tool_call_id))
+                answers = True
+    return answers
 
 
 async def _first(step: asyncio.Future[Any], stopped: asyncio.Event, turn: Turn) -> None:
