@@ -205,7 +205,10 @@ function row(s) {
   tr.addEventListener("click", () => {
     selected = s.session;
     scrollToTimeline = true; // a row clicked brings its timeline into view
-    refresh();
+    for (const r of document.querySelectorAll("#sessions tbody tr[data-session]")) {
+      r.classList.toggle("selected", r.dataset.session === selected);
+    }
+    showTimeline(selected); // at once, not after a poll already under way
   });
   return tr;
 }
@@ -304,6 +307,19 @@ function renderArc(arc) {
   $("#tl-arc").replaceChildren(...items);
 }
 
+// The session's timeline, drawn only if it is still the one selected when it arrives (a slow
+// answer for a row clicked away from must not replace the new one's).
+async function showTimeline(session) {
+  try {
+    const r = await fetch(`/api/sessions/${encodeURIComponent(session)}/timeline`);
+    if (!r.ok) return;
+    const ex = await r.json();
+    if (session === selected) renderTimeline(ex);
+  } catch (err) {
+    $("#status").textContent = `cannot reach turnwatch: ${err}`;
+  }
+}
+
 async function refresh() {
   if (refreshing) return refreshing;
   refreshing = (async () => {
@@ -311,10 +327,7 @@ async function refresh() {
       const sessions = await (await fetch("/api/sessions")).json();
       if (selected === null && sessions.length) selected = sessions[0].session;
       renderSessions(sessions);
-      if (selected !== null) {
-        const r = await fetch(`/api/sessions/${encodeURIComponent(selected)}/timeline`);
-        if (r.ok) renderTimeline(await r.json());
-      }
+      if (selected !== null) await showTimeline(selected);
     } catch (err) {
       $("#status").textContent = `cannot reach turnwatch: ${err}`;
     } finally {

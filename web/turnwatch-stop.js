@@ -74,6 +74,10 @@ export function createStopTracer(options = {}) {
   let timer = null;
   const stops = new Map(); // session → {turn, traceparent} of its last click
   const inflight = new Set();
+  // Batches handed to a plain fetch and not yet answered: a page that goes away aborts that
+  // fetch (under load it may not have left yet), so unload sends them again with the queue. The
+  // endpoint keeps each event once (turnwatch's dedups what a browser sends).
+  const unanswered = new Set();
 
   function body(events) {
     return events.map((e) => JSON.stringify(e)).join("\n") + "\n";
@@ -93,10 +97,14 @@ export function createStopTracer(options = {}) {
     } catch (err) {
       request = Promise.reject(err);
     }
+    if (!keepalive) unanswered.add(events);
     const sent = request
       .then(
         async (r) => {
-          if (r.ok) return;
+          if (r.ok) {
+            unanswered.delete(events);
+            return;
+          }
           let detail = "";
           try {
             detail = await r.text();
@@ -115,6 +123,8 @@ export function createStopTracer(options = {}) {
   }
 
   function retryOr(events, attempt, transient, err, keepalive) {
+    // Waiting for its retry, a batch stays unanswered: a page hidden meanwhile sends it.
+    if (!(transient && attempt < retries)) unanswered.delete(events);
     if (transient && attempt < retries) {
       const later = new Promise((resolve) => setTimeout(resolve, retryMs * 2 ** attempt)).then(() =>
         post(events, attempt + 1, keepalive),
@@ -148,8 +158,9 @@ export function createStopTracer(options = {}) {
   }
 
   function flushOnUnload() {
-    if (queue.length === 0) return true;
-    const batch = queue;
+    const batch = [...[...unanswered].flat(), ...queue];
+    unanswered.clear();
+    if (batch.length === 0) return true;
     queue = [];
     if (timer !== null) {
       clearTimeout(timer);

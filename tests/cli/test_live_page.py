@@ -286,3 +286,24 @@ def test_a_service_managers_sigterm_ends_the_live_demo_leaving_nothing(tmp_path:
     assert web_processes() == []
     settled = [e for e in events(demo, "web-bash") if e.kind == names.TURN_SETTLED]
     assert [e.attrs.get(names.K_OUTCOME) for e in settled] == ["aborted"]
+
+
+def test_a_batch_the_page_sends_again_is_kept_once(tmp_path: Path) -> None:
+    """A page going away sends again, by beacon, a batch whose fetch it never saw answered (the
+    fetch may have arrived): the demo's events endpoint keeps each event once."""
+    batch = (
+        '{"ts": 1790000000.25, "kind": "processing.cleared", "session": "web-x", "turn": "t1",'
+        ' "attrs": {"source": "browser"}}\n'
+    ).encode()
+    with live_demo(tmp_path) as demo:
+        for _ in range(2):
+            req = urllib.request.Request(
+                demo.base + "/v1/events",
+                data=batch,
+                headers={"Content-Type": "text/plain"},  # as a beacon sends it
+                method="POST",
+            )
+            with urllib.request.urlopen(req, timeout=30) as r:
+                assert r.status == 200
+        kept = [e for e in events(demo, "web-x") if e.kind == names.PROCESSING_CLEARED]
+        assert len(kept) == 1

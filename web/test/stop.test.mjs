@@ -113,6 +113,38 @@ test("on page hide what is queued goes by sendBeacon", async () => {
   await tw.close();
 });
 
+test("a batch whose fetch has not been answered when the page goes is sent by beacon", async () => {
+  // Under load the page's fetch may not have left when it is hidden, and unload aborts it: its
+  // events go again, with the queue (the endpoint keeps each once).
+  const target = new EventTarget();
+  const hanging = [];
+  const { tw, beacons } = harness({
+    target,
+    tracer: { flushMs: 60_000, fetch: (url, init) => new Promise(() => hanging.push(init)) },
+  });
+  tw.processingCleared({ session: "s1" });
+  tw.flush(); // handed to fetch, never answered
+  tw.processingCleared({ session: "s2" }); // still queued
+  assert.equal(hanging.length, 1);
+  target.dispatchEvent(new Event("pagehide"));
+  const lines = (await beacons[0].data.text()).trim().split("\n").map((l) => JSON.parse(l));
+  assert.deepEqual(
+    lines.map((e) => e.session),
+    ["s1", "s2"],
+  );
+  target.dispatchEvent(new Event("pagehide")); // sent once: nothing left for another beacon
+  assert.equal(beacons.length, 1);
+});
+
+test("an answered batch is not sent again on unload", async () => {
+  const target = new EventTarget();
+  const { tw, beacons } = harness({ target, tracer: { flushMs: 60_000 } });
+  tw.processingCleared({ session: "s1" });
+  await tw.flush();
+  target.dispatchEvent(new Event("pagehide"));
+  assert.equal(beacons.length, 0);
+});
+
 test("with a token, unload uses a keepalive fetch that can carry it", async () => {
   const { tw, posts, beacons } = harness({ tracer: { token: "sekrit", flushMs: 60_000 } });
   tw.processingCleared({ session: "s1" });

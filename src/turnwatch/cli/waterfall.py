@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -93,7 +94,10 @@ def build(
     *,
     now: float | None = None,
     cfg: Config = DEFAULT_CONFIG,
+    findings: Sequence[Finding] | None = None,
 ) -> Explanation:
+    """What ``explain`` shows of ``turn``; ``findings``: a scan's the caller made already (the
+    live page's, a second old at most), else one is made."""
     now = time.time() if now is None else now
     events = view.timeline(conn, session, turn)
     rows = view.sessions(conn, only=session, now=now, th=cfg)
@@ -167,7 +171,8 @@ def build(
             "prompt to its log"
         )
     if row is not None and row.turn == turn:
-        hold = what_holds(conn, session, cfg=cfg, now=now, row=row)  # as recover asks it
+        # As recover asks it.
+        hold = what_holds(conn, session, cfg=cfg, now=now, row=row, findings=findings)
         ex.findings, ex.reasons, ex.verdict = hold.findings, hold.reasons(now, cfg), hold.verdict()
         ex.recoverable = hold.recoverable
     return ex

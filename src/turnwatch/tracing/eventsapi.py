@@ -98,7 +98,7 @@ def recorder(telemetry: Telemetry, ledger: Ledger) -> Callable[[list[Event]], No
     def record(batch: list[Event]) -> None:
         with lock:
             for ev in batch:
-                telemetry(ev)
+                telemetry.foreign(ev)
             ledger.flush(timeout=30)
 
     return record

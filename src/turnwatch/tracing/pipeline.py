@@ -48,3 +48,12 @@ class Telemetry:
             self.ledger.append(event, dedup=self.dedup, wait=self.wait)
         else:
             self.stages(event)
+
+    def foreign(self, event: Event) -> None:
+        """An event another program sent (a browser, over the events API): kept once however
+        often it is sent (a page going away sends again what it could not see answered), and
+        its sender waits for the writer rather than lose it."""
+        if self.ledger is not None:
+            self.ledger.append(event, dedup=True, wait=True)
+        else:
+            self.stages(event)

@@ -415,6 +415,19 @@ def annotate_findings(
 ) -> list[SessionView]:
     """The sessions view with each session's findings filled in: every session, or (``limit``)
     those processing and the ``limit`` most recent, or only those ``processing``."""
+    return annotated(conn, cfg=cfg, now=now, limit=limit, processing=processing)[0]
+
+
+def annotated(
+    conn: sqlite3.Connection,
+    *,
+    cfg: Config = DEFAULT_CONFIG,
+    now: float | None = None,
+    limit: int | None = None,
+    processing: bool = False,
+) -> tuple[list[SessionView], list[Finding]]:
+    """:func:`annotate_findings`, and the findings of the one scan it made (a caller that
+    also explains a session passes them on, rather than scan again)."""
     now = time.time() if now is None else now
     if processing:
         rows = view.sessions(conn, now=now, th=cfg, processing=True)
@@ -428,7 +441,7 @@ def annotate_findings(
         r.live_processes = sum(len(_alive_of(c, result.table)) for c in r.calls)
         if r.mode is None:  # an agent CLI's session: its reader says which CLI (by index)
             r.source = view.producer(conn, r.session)
-    return apply_findings(rows, result.findings)
+    return apply_findings(rows, result.findings), list(result.findings)
 
 
 def apply_findings(rows: list[SessionView], findings: Iterable[Finding]) -> list[SessionView]:

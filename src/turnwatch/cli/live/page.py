@@ -40,7 +40,7 @@ from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import view
 from turnwatch.tracing.eventsapi import bearer_ok, same_origin
 from turnwatch.tracing.ledger import LedgerError, connect
-from turnwatch.watchdog.scan import Finding, annotate_findings, apply_findings
+from turnwatch.watchdog.scan import Finding, annotated, apply_findings
 
 #: The page's files: ``web/`` of the repository, installed as package data.
 ASSETS = Path(__file__).resolve().parents[2] / "web"
@@ -124,7 +124,8 @@ class LivePage:
         self.before_read = before_read
         self.findings = findings
         self.token = token
-        self._scanned: tuple[float, list[view.SessionView]] | None = None
+        #: The last scan: when, the sessions it annotated, its findings.
+        self._scanned: tuple[float, list[view.SessionView], list[Finding]] | None = None
         self._lock = threading.Lock()
         self._acting = threading.Lock()
         self.assets = assets
@@ -180,11 +181,23 @@ class LivePage:
         return out
 
     def _scan(self, conn: sqlite3.Connection) -> list[view.SessionView]:
+        return self._scan_whole(conn)[1]
+
+    def _scan_whole(
+        self, conn: sqlite3.Connection
+    ) -> tuple[float, list[view.SessionView], list[Finding]]:
         with self._lock:  # one /proc read a second, however many pages poll
             now = time.monotonic()
             if self._scanned is None or now - self._scanned[0] >= SCAN_EVERY_S:
-                self._scanned = (now, annotate_findings(conn, limit=PAGE_SESSIONS))
-            return self._scanned[1]
+                self._scanned = (now, *annotated(conn, limit=PAGE_SESSIONS))
+            return self._scanned
+
+    def _findings(self, conn: sqlite3.Connection) -> Sequence[Finding]:
+        """The findings a timeline is told: the watchdog's beside the page, else the page's own
+        last scan (each poll of a timeline scanned /proc again; a page polls twice a second)."""
+        if self.findings is not None:
+            return self.findings()
+        return self._scan_whole(conn)[2]
 
     def _timeline(self, session: str, start: StartResponse) -> Iterable[bytes]:
         from turnwatch.cli import waterfall  # rich, only for this route
@@ -194,7 +207,7 @@ class LivePage:
             found = view.find_turn(conn, session)
             if found is None:
                 return _json(start, "404 Not Found", {"error": f"unknown session {session!r}"})
-            ex = waterfall.build(conn, *found)
+            ex = waterfall.build(conn, *found, findings=self._findings(conn))
         finally:
             conn.close()
         body = asdict(ex)
