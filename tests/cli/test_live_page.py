@@ -292,9 +292,9 @@ def test_a_batch_the_page_sends_again_is_kept_once(tmp_path: Path) -> None:
     """A page going away sends again, by beacon, a batch whose fetch it never saw answered (the
     fetch may have arrived): the demo's events endpoint keeps each event once."""
     batch = (
-        '{"ts": 1790000000.25, "kind": "processing.cleared", "session": "web-x", "turn": "t1",'
-        ' "attrs": {"source": "browser"}}\n'
-    ).encode()
+        b'{"ts": 1790000000.25, "kind": "processing.cleared", "session": "web-x", "turn": "t1",'
+        b' "attrs": {"source": "browser"}}\n'
+    )
     with live_demo(tmp_path) as demo:
         for _ in range(2):
             req = urllib.request.Request(
