@@ -26,8 +26,12 @@ mutating tool again (``../shared/frameworks-next.md``). Wrapped:
 ``create_agent``'s agents: :class:`turnwatch.integrations.langgraph_middleware.TurnwatchMiddleware`
 in its ``middleware``, the agent run in a :class:`StoppableGraph`.
 
-Not yet wrapped: approvals (``interrupt()``), subgraphs' own tool nodes unless built with
-:func:`tool_node`, ``astream_events``.
+Approvals (``HumanInTheLoopMiddleware``'s interrupt): the turn waits on them as pending
+permissions, a stop cancels them, a late approval is refused
+(:mod:`turnwatch.integrations.langgraph_approvals`).
+
+Not yet wrapped: an ``interrupt()`` of a tool's own, subgraphs' own tool nodes unless built
+with :func:`tool_node`, ``astream_events``.
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 
+from turnwatch.integrations import langgraph_approvals as approvals
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
     RUN_TURN,
@@ -52,7 +58,7 @@ from turnwatch.integrations.wrappers import (
     require_async_process,
     stop_on_cancel,
 )
-from turnwatch.runtime.model import Outcome, ToolClass, TurnOutcome
+from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 
@@ -80,11 +86,12 @@ class _Hook:
         self.classes, self.default = classes, default
         self.dispatch: Dispatcher = dispatcher(runtime.host, "tool_node")
         self.dispatch.add_tools(list(classes))
+        self.dispatch.classes.update(classes)
 
     def learn(self, name: str, cls: ToolClass) -> None:
         """A tool first seen at its call (one another middleware added): its class, now."""
         self.dispatch.add_tools([name])
-        self.classes[name] = cls
+        self.classes[name] = self.dispatch.classes[name] = cls
 
     async def __call__(self, request: ToolCallRequest, execute: Execute) -> Any:
         turn = RUN_TURN.get()
@@ -138,17 +145,27 @@ class StoppableGraph:
 
     def __init__(self, graph: Any, runtime: Runtime) -> None:
         self.graph, self.runtime = graph, runtime
+        self.dispatch = dispatcher(runtime.host, "StoppableGraph")
+        #: Sessions whose turn waits on approvals (``langgraph_approvals``): its resume goes on.
+        self.awaiting: dict[str, approvals.Awaiting] = {}
 
     async def ainvoke(self, input: Any, config: Any = None, *, session: str, **kwargs: Any) -> Any:
         """``graph.ainvoke`` as one turn of ``session``: the final state, or the state the stop
-        left (the tools step it reached written, the model not asked again)."""
+        left (the tools step it reached written, the model not asked again). A run paused for
+        approvals returns its state with ``__interrupt__``, as LangGraph's, its turn left
+        waiting; ``ainvoke(Command(resume=…), config, session=)`` answers them and goes on."""
         last: Any = None
         stopped = False
+        interrupts: list[Any] = []
         async for mode, chunk in self._run(input, config, session, kwargs):
             if mode == "values":
                 last = chunk
             elif mode == "stopped":
                 stopped = True
+            elif mode == "updates" and isinstance(chunk, dict) and "__interrupt__" in chunk:
+                interrupts += chunk["__interrupt__"]
+        if interrupts and isinstance(last, dict):
+            return {**last, "__interrupt__": tuple(interrupts)}
         if stopped and config is not None and getattr(self.graph, "checkpointer", None):
             # What the stop left, as the thread's checkpoint holds it (the values chunk of the
             # tools step may not have come before the run ended).
@@ -188,7 +205,7 @@ class StoppableGraph:
     ) -> AsyncIterator[tuple[str, Any]]:
         """The run's ``(mode, chunk)`` pairs of ``modes``, and of ``updates`` (the wrapper reads
         them to see the tools step), then ``("stopped", None)`` if a stop ended it."""
-        turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
+        turn, input = await self._turn(input, config, session)
         stopped = asyncio.Event()
         turn.on_stop.append(stopped.set)
         running = RUN_TURN.set(turn)
@@ -199,6 +216,7 @@ class StoppableGraph:
         # step may come as one update (a ToolNode) or one per call (create_agent sends each).
         asked: set[str] = set()
         answered: set[str] = set()
+        interrupts: list[Any] = []  # the run paused for approvals (interrupt())
         try:
             while True:
                 step = asyncio.ensure_future(stream.__anext__())
@@ -213,14 +231,18 @@ class StoppableGraph:
                 except StopAsyncIteration:
                     break
                 yield mode, chunk
+                if mode == "updates" and isinstance(chunk, dict) and "__interrupt__" in chunk:
+                    interrupts += chunk["__interrupt__"]
                 if mode != "updates" or not _note(chunk, asked, answered):
                     continue
                 if stopped.is_set() and asked <= answered:
                     break  # the tools step the stop reached is written: end before the model
         except asyncio.CancelledError:
+            self.dispatch.unclaimed(session)
             await stop_on_cancel(self.runtime, turn)
             raise
         except BaseException:
+            self.dispatch.unclaimed(session)
             await turn.finish(TurnOutcome.FAILED)
             raise
         finally:
@@ -228,11 +250,46 @@ class StoppableGraph:
                 await stream.aclose()
             turn.on_stop.remove(stopped.set)
             RUN_TURN.reset(running)
+        self.dispatch.unclaimed(session)
         if stopped.is_set():
             if cut:
                 await self._answer_dangling(config)
             yield "stopped", None
+        elif interrupts and await self._wait_for_approvals(turn, config, interrupts):
+            return  # the turn waits on its approvals: a permission can still be granted
         await turn.finish()
+
+    async def _turn(self, input: Any, config: Any, session: str) -> tuple[Turn, Any]:
+        """The run's turn, and its input: a resume of approvals answers them through the
+        runtime (one the stop came before, a rejection) and goes on in the turn that waited
+        (a new one if the stop settled it); any other input, while approvals wait, abandons
+        them: their turn is stopped, and their calls answered "not run" in the thread's
+        history before the new input is read."""
+        waiting = self.awaiting.pop(session, None)
+        if waiting is not None and isinstance(input, Command) and input.resume is not None:
+            input = approvals.answer(self.runtime, self.dispatch, session, waiting, input)
+            if not waiting.turn.settled.done():
+                return waiting.turn, input
+        elif waiting is not None:
+            if not waiting.turn.settled.done():
+                await self.runtime.abort(session, source=StopSource.FRAMEWORK, turn=waiting.turn.id)
+            for cid in waiting.calls:
+                self.dispatch.slots.pop((session, cid), None)
+            await self._answer_dangling(config)
+        return self.runtime.start_turn(session, parent=RUN_TURN.get()), input
+
+    async def _wait_for_approvals(self, turn: Turn, config: Any, interrupts: list[Any]) -> bool:
+        """The run paused for approvals: each call they ask about, a call of the turn with its
+        prompt open; True if any (the turn then waits)."""
+        if config is None or not getattr(self.graph, "checkpointer", None):
+            return False
+        state = await self.graph.aget_state(config)
+        messages = state.values.get("messages", []) if isinstance(state.values, dict) else []
+        asked = approvals.asked_calls(interrupts, messages)
+        if not asked:
+            return False
+        self.awaiting[turn.session.id] = approvals.ask(turn, self.dispatch, asked)
+        return True
 
     async def _answer_dangling(self, config: Any) -> None:
         """A stop that cut the run between the model's tool calls and their step (nothing in

@@ -12,8 +12,10 @@ and extension ones, and every call it reached gets its ``ToolMessage``. Outside 
 Give the middleware the agent's tools: their classes are checked when it is built (an unknown
 class, or a sync process tool, is a :class:`~turnwatch.integrations.wrappers.ToolClassError`
 then, not at a stop). A tool it was not given (one another middleware adds) is classed from its
-own metadata when first called, before it runs. Put it first in ``middleware=[…]`` (the first
-is outermost): a retry middleware inside it then retries within the one turnwatch call.
+own metadata when first called, before it runs. In ``middleware=[…]`` (the first is
+outermost) put it after ``HumanInTheLoopMiddleware`` (a call is one once it may run; its
+approval is a pending permission, :mod:`turnwatch.integrations.langgraph_approvals`) and before
+a retry middleware (which then retries within the one turnwatch call).
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ from turnwatch.integrations.wrappers import (
     stop_on_cancel,
 )
 from turnwatch.runtime.gate import Answer
-from turnwatch.runtime.model import Outcome, Phase, StopSource, ToolClass, TurnOutcome
+from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 
@@ -279,12 +279,4 @@ class StoppableAgent(Generic[Deps, Out]):
 
     def _unclaimed(self, session: str) -> None:
         """Approved calls the framework never ran (the run failed first) end, said so."""
-        for (sess, cid), slot in list(self.dispatch.slots.items()):
-            if (
-                sess == session
-                and not slot.handler.done()
-                and slot.handle is not None
-                and slot.handle.state is not Phase.AWAITING_PERMISSION
-            ):
-                slot.handler.set_exception(RuntimeError("the framework never ran this call"))
-                del self.dispatch.slots[(sess, cid)]
+        self.dispatch.unclaimed(session)

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.host import LocalHost
-from turnwatch.runtime.model import StopSource, ToolClass, ToolResult, TurnwatchError
+from turnwatch.runtime.model import Phase, StopSource, ToolClass, ToolResult, TurnwatchError
 from turnwatch.runtime.protocol import HostResult, HostStatus, Started
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
@@ -156,6 +156,23 @@ class Dispatcher:
     def __init__(self, host: LocalHost) -> None:
         self.host = host
         self.slots: dict[tuple[str, str], Slot] = {}
+        #: Each wrapped tool's class, as its wrapper read it (a call asked for before it runs,
+        #: an approval, is requested with it).
+        self.classes: dict[str, ToolClass] = {}
+
+    def unclaimed(self, session: str) -> None:
+        """Approved calls of ``session`` the framework never ran (its run ended or failed
+        first) end, said so: nothing waits for them for ever."""
+        for (sess, cid), slot in list(self.slots.items()):
+            if (
+                sess == session
+                and not slot.handler.done()
+                and slot.handle is not None
+                and slot.handle.state is not Phase.AWAITING_PERMISSION
+            ):
+                slot.handler.set_exception(RuntimeError("the framework never ran this call"))
+                slot.handler.exception()  # said to the host's execute if it waits, else to none
+                del self.slots[(sess, cid)]
 
     def add_tools(self, names: Sequence[str]) -> None:
         for name in names:

@@ -1,0 +1,157 @@
+"""Approvals in a LangGraph agent (``create_agent`` with ``HumanInTheLoopMiddleware``), native and
+wrapped: the run paused for approval is a turn waiting on pending permissions; a stop cancels
+them, and an approval after it is refused, so the write never runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from tests.integrations.lg_graphs import Scripted
+from tests.integrations.test_langgraph import classed, unanswered
+from turnwatch import names
+from turnwatch.integrations.langgraph import StoppableGraph
+from turnwatch.integrations.langgraph_approvals import STOPPED
+from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
+from turnwatch.runtime import MemorySink, Receipt, Runtime
+from turnwatch.testing import check_invariants
+from turnwatch.tracing.arc import arc_of
+
+CALLS = [
+    {"id": "w1", "name": "write", "args": {"text": "a"}},
+    {"id": "w2", "name": "write", "args": {"text": "b"}},
+]
+APPROVE = {"type": "approve"}
+CFG: Any = {"configurable": {"thread_id": "t"}}
+
+
+class Writes:
+    """A mutating tool behind an approval, and what it wrote."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+        @classed("mutating")
+        @tool
+        async def write(text: str) -> str:
+            """a write that needs the user's approval"""
+            await asyncio.sleep(0.05)
+            self.written.append(text)
+            return "written"
+
+        self.write = write
+
+    def agent(self, rt: Runtime | None, *, mode: str = "batched", calls: Any = CALLS) -> Any:
+        script = [AIMessage(content="", tool_calls=calls)] + [AIMessage(content="done")] * 3
+        hitl = HumanInTheLoopMiddleware(interrupt_on={"write": True}, interrupt_mode=mode)  # type: ignore[arg-type]
+        # The approval first (the outermost): a call is one once it may run.
+        middleware: list[Any] = [hitl]
+        if rt is not None:
+            middleware.append(TurnwatchMiddleware(rt, [self.write]))
+        return create_agent(
+            model=Scripted(messages=iter(script)),
+            tools=[self.write],
+            middleware=middleware,
+            checkpointer=InMemorySaver(),
+        )
+
+
+def of(sink: MemorySink, kind: str) -> list[str | None]:
+    return [e.call for e in sink if e.kind == kind]
+
+
+async def test_native_an_approval_after_the_stop_still_runs_the_write() -> None:
+    """Natively a run paused for approval has nothing to stop: the user's Stop changes nothing,
+    and an approval given after it runs the write."""
+    w = Writes()
+    agent = w.agent(None, calls=CALLS[:1])
+    paused = await agent.ainvoke({"messages": [("user", "go")]}, CFG)
+    assert paused["__interrupt__"]
+    await agent.ainvoke(Command(resume={"decisions": [APPROVE]}), CFG)
+    assert w.written == ["a"]
+
+
+async def test_wrapped_a_paused_run_is_a_turn_waiting_on_its_permissions(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    rt = runtime
+    w = Writes()
+    app = StoppableGraph(w.agent(rt), rt)
+    paused = await app.ainvoke({"messages": [("user", "go")]}, CFG, session="s")
+    assert paused["__interrupt__"]  # as LangGraph's own ainvoke says it
+    assert of(sink, names.PERMISSION_REQUESTED) == ["w1", "w2"]
+    assert of(sink, names.TURN_SETTLED) == []  # a permission can still be granted
+    assert arc_of(list(sink)).states[-1] == "waiting"
+    decisions = [APPROVE, {"type": "reject", "message": "not that one"}]
+    final = await app.ainvoke(Command(resume={"decisions": decisions}), CFG, session="s")
+    assert w.written == ["a"]
+    assert of(sink, names.PERMISSION_GRANTED) == ["w1"]
+    assert of(sink, names.PERMISSION_DENIED) == ["w2"]
+    assert of(sink, names.TOOL_STARTED) == ["w1"]  # the rejected call never started
+    assert of(sink, names.TURN_STARTED) == [None]  # one turn, from the prompt to its end
+    assert [e.attrs.get("outcome") for e in sink if e.kind == names.TURN_SETTLED] == ["completed"]
+    assert unanswered(final["messages"]) == set()
+    assert check_invariants(list(sink)) == []
+
+
+async def test_wrapped_a_stop_while_it_waits_cancels_and_a_late_approval_is_refused(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    rt = runtime
+    w = Writes()
+    app = StoppableGraph(w.agent(rt), rt)
+    await app.ainvoke({"messages": [("user", "go")]}, CFG, session="s")
+    assert await rt.abort("s") is Receipt.ACCEPTED
+    assert of(sink, names.PERMISSION_CANCELLED) == ["w1", "w2"]
+    assert [e.attrs.get("outcome") for e in sink if e.kind == names.TURN_SETTLED] == ["aborted"]
+    final = await app.ainvoke(Command(resume={"decisions": [APPROVE] * 2}), CFG, session="s")
+    assert of(sink, names.PERMISSION_LATE) == ["w1", "w2"]
+    assert w.written == []  # approved after the stop: never run
+    said = {m.tool_call_id: str(m.content) for m in final["messages"] if isinstance(m, ToolMessage)}
+    assert set(said) == {"w1", "w2"}
+    assert all(STOPPED in text for text in said.values())
+    assert unanswered(final["messages"]) == set()  # a valid history
+    assert check_invariants(list(sink)) == []
+
+
+async def test_wrapped_per_call_approvals_keyed_by_interrupt(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    rt = runtime
+    w = Writes()
+    app = StoppableGraph(w.agent(rt, mode="per_call"), rt)
+    paused = await app.ainvoke({"messages": [("user", "go")]}, CFG, session="p")
+    ids = {i.value["tool_call_id"]: i.id for i in paused["__interrupt__"]}
+    assert sorted(ids) == ["w1", "w2"]
+    assert set(of(sink, names.PERMISSION_REQUESTED)) == {"w1", "w2"}
+    answer = {ids["w1"]: APPROVE, ids["w2"]: {"type": "reject"}}
+    await app.ainvoke(Command(resume=answer), CFG, session="p")
+    assert w.written == ["a"]
+    assert of(sink, names.PERMISSION_DENIED) == ["w2"]
+    assert check_invariants(list(sink)) == []
+
+
+async def test_wrapped_a_new_message_while_approvals_wait_stops_their_turn(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    rt = runtime
+    """A new prompt instead of an answer abandons the approvals: their turn is stopped (the
+    framework's stop), so none can be granted later, and the new prompt is a turn of its own."""
+    w = Writes()
+    app = StoppableGraph(w.agent(rt, calls=CALLS[:1]), rt)
+    await app.ainvoke({"messages": [("user", "go")]}, CFG, session="n")
+    final = await app.ainvoke({"messages": [("user", "something else")]}, CFG, session="n")
+    assert of(sink, names.PERMISSION_CANCELLED) == ["w1"]
+    rpc = [e.attrs.get("source") for e in sink if e.kind == names.ABORT_RPC_RECEIVED]
+    assert rpc == ["framework"]
+    assert w.written == []
+    assert unanswered(final["messages"]) == set()  # the abandoned call answered "not run"
+    assert len([e for e in sink if e.kind == names.TURN_STARTED]) == 2
+    assert check_invariants(list(sink)) == []
