@@ -461,3 +461,47 @@ async def test_create_agent_outside_a_stoppable_graph_runs_as_langgraph_runs_it(
     out = await agent.ainvoke({"messages": [("user", "go")]})  # type: ignore[call-overload]
     assert [m.content for m in out["messages"] if isinstance(m, ToolMessage)] == ["written"]
     assert list(sink) == []  # no turn, no event: LangGraph's own run
+
+
+async def test_create_agent_a_sync_tool_runs_in_its_thread_and_is_awaited_by_the_stop(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    """A sync mutating tool (LangGraph runs it in a thread of the pool) under the middleware:
+    the stop awaits it to its end, its real result is its answer, the model is not asked
+    again."""
+    from langchain.agents import create_agent
+
+    from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
+
+    began = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    wrote: list[str] = []
+
+    @classed("mutating")
+    @tool
+    def save(text: str) -> str:
+        """a sync write that takes a while"""
+        loop.call_soon_threadsafe(began.set)
+        time.sleep(0.5)
+        wrote.append(text)
+        return "saved"
+
+    call = {"id": "s1", "name": "save", "args": {"text": "x"}}
+    script = [AIMessage(content="", tool_calls=[call])] + [AIMessage(content="done")] * 2
+    agent = create_agent(
+        model=Scripted(messages=iter(script)),
+        tools=[save],
+        middleware=[TurnwatchMiddleware(runtime, [save])],
+        checkpointer=InMemorySaver(),
+    )
+    app = StoppableGraph(agent, runtime)
+    cfg: Any = {"configurable": {"thread_id": "sync"}}
+    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="sy"))
+    await asyncio.wait_for(began.wait(), 10)
+    assert await runtime.abort("sy") is Receipt.ACCEPTED
+    assert wrote == ["x"]  # abort() returned once the write had ended
+    final = await asyncio.wait_for(run, 10)
+    said = [(m.status, m.content) for m in final["messages"] if isinstance(m, ToolMessage)]
+    assert said == [("success", "saved")]  # completed after the stop: its real result
+    assert [m.content for m in final["messages"]][-1] == "saved"  # the model not asked again
+    assert check_invariants(list(sink)) == []
