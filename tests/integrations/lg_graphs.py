@@ -11,7 +11,11 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 
 
 class Scripted(GenericFakeChatModel):
-    """The fake chat model, able to drive a ToolNode (it has no ``bind_tools`` of its own)."""
+    """The fake chat model, able to drive a ToolNode (it has no ``bind_tools`` of its own). It
+    answers whole, never streamed (the fake streams text only: a message of tool calls would
+    stream nothing under ``astream_events``)."""
+
+    disable_streaming: bool = True
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
         return self

@@ -505,3 +505,33 @@ async def test_create_agent_a_sync_tool_runs_in_its_thread_and_is_awaited_by_the
     assert said == [("success", "saved")]  # completed after the stop: its real result
     assert [m.content for m in final["messages"]][-1] == "saved"  # the model not asked again
     assert check_invariants(list(sink)) == []
+
+
+async def test_wrapped_astream_events_ends_after_the_answers_the_stop_wrote(
+    runtime: Runtime, sink: MemorySink, checkpointer: Any
+) -> None:
+    """``astream_events`` (v2), stopped as ``astream`` is: the events end after the tools step
+    the stop reached (its node's end carries every answer), before the model is asked again."""
+    t = Tools()
+    app = StoppableGraph(t.graph(tool_node(t.all, runtime), checkpointer), runtime)
+    cfg = {"configurable": {"thread_id": "ev"}}
+    seen: list[dict[str, Any]] = []
+
+    async def consume() -> None:
+        async for ev in app.astream_events({"messages": [("user", "go")]}, cfg, session="ev"):
+            seen.append(ev)
+
+    run = asyncio.ensure_future(consume())
+    await until(lambda: len(marked_alive("ev")) >= 3, what="the tree to start")
+    assert await runtime.abort("ev") is Receipt.ACCEPTED
+    assert marked_alive("ev") == []
+    await asyncio.wait_for(run, 10)
+    assert t.model_calls == 1  # the events ended before the model was asked again
+    ends = [e for e in seen if e["event"] == "on_chain_end" and e["name"] == "tools"]
+    assert len(ends) == 1  # the tools step's end is the last node's
+    state = await app.graph.aget_state(cfg)
+    assert unanswered(state.values["messages"]) == set()
+    with pytest.raises(TypeError, match="v2"):
+        async for _ in app.astream_events(None, cfg, session="ev", version="v1"):
+            pass
+    assert check_invariants(list(sink)) == []

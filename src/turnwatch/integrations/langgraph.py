@@ -12,15 +12,15 @@ mutating tool again (``../shared/frameworks-next.md``). Wrapped:
   commands with :func:`turnwatch.integrations.wrappers.run_command` (contained, ended within the
   grace window).
 - :class:`StoppableGraph` runs the compiled graph as one turn of a session
-  (``ainvoke(..., session=)``, ``astream(..., session=)``); ``await runtime.abort(session)`` is
-  the stop. Calls in flight are walked by class: read-only ones discarded, process ones ended
-  within the grace window, mutating and extension ones awaited. **Every call the stop reached
-  gets its ``ToolMessage``** (discarded: stopped by the user; aborted: what it printed before it
-  was ended; completed after the stop: its real result; refused: not run), the tools step is
-  written to the thread's checkpoint, and the run ends there, before the model is asked again:
-  no call is left without an answer, and a resume never runs again a call that ran. A stop
-  while the model runs (no call in flight) cancels the run at once: the checkpoint is then the
-  last step's, whose calls were all answered.
+  (``ainvoke``, ``astream``, ``astream_events``, each with ``session=``);
+  ``await runtime.abort(session)`` is the stop. Calls in flight are walked by class: read-only
+  ones discarded, process ones ended within the grace window, mutating and extension ones
+  awaited. **Every call the stop reached gets its ``ToolMessage``** (discarded: stopped by the
+  user; aborted: what it printed before it was ended; completed after the stop: its real
+  result; refused: not run), the tools step is written to the thread's checkpoint, and the run
+  ends there, before the model is asked again: no call is left without an answer, and a resume
+  never runs again a call that ran. A stop while the model runs (no call in flight) cancels
+  the run at once: the checkpoint is then the last step's, whose calls were all answered.
 - A run whose task is cancelled from outside is a stop too (source ``cancel``).
 
 ``create_agent``'s agents: :class:`turnwatch.integrations.langgraph_middleware.TurnwatchMiddleware`
@@ -30,15 +30,17 @@ Approvals (``HumanInTheLoopMiddleware``'s interrupt): the turn waits on them as 
 permissions, a stop cancels them, a late approval is refused
 (:mod:`turnwatch.integrations.langgraph_approvals`).
 
+``astream_events`` (v2) is stopped as ``astream`` is.
+
 Not yet wrapped: an ``interrupt()`` of a tool's own, subgraphs' own tool nodes unless built
-with :func:`tool_node`, ``astream_events``.
+with :func:`tool_node`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -48,6 +50,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from turnwatch.integrations import langgraph_approvals as approvals
+from turnwatch.integrations import langgraph_stream as stream_read
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
     RUN_TURN,
@@ -195,6 +198,19 @@ class StoppableGraph:
             if mode in wanted:
                 yield chunk if single else (mode, chunk)
 
+    async def astream_events(
+        self, input: Any, config: Any = None, *, session: str, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """``graph.astream_events`` (``version="v2"``) as one turn of ``session``: its events, up
+        to where a stop ends the run, as :meth:`astream`'s chunks (the wrapper reads each
+        node's end to see the tools step). A run paused for approvals is waited on only
+        through :meth:`ainvoke` and :meth:`astream`."""
+        if kwargs.setdefault("version", "v2") != "v2":
+            raise TypeError("StoppableGraph.astream_events streams version v2 events")
+        async for mode, chunk in self._run(input, config, session, kwargs, events=True):
+            if mode == stream_read.EVENT:
+                yield chunk
+
     async def _run(
         self,
         input: Any,
@@ -202,40 +218,41 @@ class StoppableGraph:
         session: str,
         kwargs: dict[str, Any],
         modes: Sequence[str] = ("values",),
+        *,
+        events: bool = False,
     ) -> AsyncIterator[tuple[str, Any]]:
         """The run's ``(mode, chunk)`` pairs of ``modes``, and of ``updates`` (the wrapper reads
-        them to see the tools step), then ``("stopped", None)`` if a stop ended it."""
+        them to see the tools step), or (``events``) its ``astream_events`` as ``(stream_read.EVENT,
+        event)``; then ``("stopped", None)`` if a stop ended it."""
         turn, input = await self._turn(input, config, session)
         stopped = asyncio.Event()
         turn.on_stop.append(stopped.set)
         running = RUN_TURN.set(turn)
-        streamed = list(dict.fromkeys(["updates", *modes]))
-        stream = self.graph.astream(input, config, stream_mode=streamed, **kwargs).__aiter__()
-        cut = False  # the run's step was cancelled by the stop
+        stream = self._open(input, config, kwargs, modes, events)
         # The tool calls the model asked for, and those answered, as the updates say: a tools
         # step may come as one update (a ToolNode) or one per call (create_agent sends each).
         asked: set[str] = set()
-        answered: set[str] = set()
+        answered: dict[str, ToolMessage] = {}
         interrupts: list[Any] = []  # the run paused for approvals (interrupt())
         try:
             while True:
                 step = asyncio.ensure_future(stream.__anext__())
-                await _first(step, stopped, turn)
+                await stream_read.first(step, stopped, turn, asked - answered.keys())
                 if not step.done():  # stopped with nothing in flight: the model's step ends
                     step.cancel()
                     await asyncio.gather(step, return_exceptions=True)
-                    cut = True
                     break
                 try:
-                    mode, chunk = step.result()
+                    mode, chunk = (stream_read.EVENT, step.result()) if events else step.result()
                 except StopAsyncIteration:
                     break
                 yield mode, chunk
-                if mode == "updates" and isinstance(chunk, dict) and "__interrupt__" in chunk:
-                    interrupts += chunk["__interrupt__"]
-                if mode != "updates" or not _note(chunk, asked, answered):
+                update = stream_read.update_of(mode, chunk)
+                if isinstance(update, dict) and "__interrupt__" in update:
+                    interrupts += update["__interrupt__"]
+                if update is None or not stream_read.note(update, asked, answered):
                     continue
-                if stopped.is_set() and asked <= answered:
+                if stopped.is_set() and asked <= answered.keys():
                     break  # the tools step the stop reached is written: end before the model
         except asyncio.CancelledError:
             self.dispatch.unclaimed(session)
@@ -252,12 +269,22 @@ class StoppableGraph:
             RUN_TURN.reset(running)
         self.dispatch.unclaimed(session)
         if stopped.is_set():
-            if cut:
-                await self._answer_dangling(config)
+            # The answers the run's stream carried, written if the checkpoint lacks them: a
+            # node's end event comes before its writes are saved, and a cut run wrote none.
+            await self._answer_dangling(config, answered)
             yield "stopped", None
         elif interrupts and await self._wait_for_approvals(turn, config, interrupts):
             return  # the turn waits on its approvals: a permission can still be granted
         await turn.finish()
+
+    def _open(
+        self, input: Any, config: Any, kwargs: dict[str, Any], modes: Sequence[str], events: bool
+    ) -> AsyncGenerator[Any, None]:
+        """The graph's own stream: its events, or its chunks of ``modes`` and ``updates``."""
+        if events:
+            return self.graph.astream_events(input, config, **kwargs).__aiter__()  # type: ignore[no-any-return]
+        streamed = list(dict.fromkeys(["updates", *modes]))
+        return self.graph.astream(input, config, stream_mode=streamed, **kwargs).__aiter__()  # type: ignore[no-any-return]
 
     async def _turn(self, input: Any, config: Any, session: str) -> tuple[Turn, Any]:
         """The run's turn, and its input: a resume of approvals answers them through the
@@ -291,10 +318,13 @@ class StoppableGraph:
         self.awaiting[turn.session.id] = approvals.ask(turn, self.dispatch, asked)
         return True
 
-    async def _answer_dangling(self, config: Any) -> None:
-        """A stop that cut the run between the model's tool calls and their step (nothing in
-        flight yet) left them unanswered in the checkpoint: each gets its ``ToolMessage``, "not
-        run", written as the tools step would have, so the history stays valid."""
+    async def _answer_dangling(
+        self, config: Any, known: dict[str, ToolMessage] | None = None
+    ) -> None:
+        """Calls of the model's last message the checkpoint holds no answer for (a stop cut the
+        run before their step, or ended it on their step's end event, before its writes were
+        saved) get their ``ToolMessage``: the one the run's stream carried (``known``), else
+        "not run"; written as the tools step would have, so the history stays valid."""
         if config is None or not getattr(self.graph, "checkpointer", None):
             return
         state = await self.graph.aget_state(config)
@@ -315,7 +345,8 @@ class StoppableGraph:
                 config,
                 {
                     "messages": [
-                        ToolMessage(
+                        (known or {}).get(str(c["id"]))
+                        or ToolMessage(
                             content=stopped_words(Outcome.REFUSED),
                             name=c["name"],
                             tool_call_id=c["id"] or "",
@@ -326,38 +357,3 @@ class StoppableGraph:
                 },
                 as_node=node,  # as the tools step would have: next, the model
             )
-
-
-def _note(chunk: Any, asked: set[str], answered: set[str]) -> bool:
-    """Read an ``updates`` chunk: the calls a model's message asks for (``asked``, replaced),
-    those its ``ToolMessage``s answer (``answered``); True if it answered any."""
-    if not isinstance(chunk, dict):
-        return False
-    answers = False
-    for update in chunk.values():
-        found = update.get("messages") if isinstance(update, dict) else None
-        for m in found if isinstance(found, list) else ():
-            if isinstance(m, AIMessage) and m.tool_calls:
-                asked.clear()
-                asked.update(str(c["id"]) for c in m.tool_calls)
-            elif isinstance(m, ToolMessage):
-                answered.add(str(m.tool_call_id))
-                answers = True
-    return answers
-
-
-async def _first(step: asyncio.Future[Any], stopped: asyncio.Event, turn: Turn) -> None:
-    """Until the graph's next chunk, or the stop while none of the turn's calls is in flight
-    (then the model's step is what runs: it is cancelled). With calls in flight, the walk
-    resolves them and the tools step ends with their answers."""
-    while not step.done():
-        waiter = asyncio.ensure_future(stopped.wait())
-        try:
-            await asyncio.wait((step, waiter), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        if step.done():
-            return
-        if not turn.in_flight:
-            return
-        await asyncio.wait((step,))
