@@ -535,3 +535,45 @@ async def test_wrapped_astream_events_ends_after_the_answers_the_stop_wrote(
         async for _ in app.astream_events(None, cfg, session="ev", version="v1"):
             pass
     assert check_invariants(list(sink)) == []
+
+
+async def test_the_stop_joins_the_trace_the_run_was_called_in(tmp_path: Path) -> None:
+    """The span the graph is run in (the application's own, or an instrumentation's) is the
+    stop's parent: one trace from the run to its stop, turnwatch's call span in it too. The
+    spans are built as in production, in the ledger's writer thread (no context of the run's)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tests.conftest import GRACE
+    from turnwatch.runtime import FanOut, LocalHost
+    from turnwatch.tracing.ledger import Ledger
+    from turnwatch.tracing.pipeline import Telemetry
+    from turnwatch.tracing.spans import SpanBuilder
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    telemetry = Telemetry(ledger=ledger, spans=SpanBuilder(provider.get_tracer("turnwatch")))
+    seen = MemorySink()
+    rt = Runtime(LocalHost(), grace_s=GRACE, sink=FanOut(telemetry, seen))
+    t = Tools()
+    app = StoppableGraph(t.graph(tool_node(t.all[:1], rt), InMemorySaver()), rt)
+    cfg = {"configurable": {"thread_id": "tr"}}
+    with provider.get_tracer("app").start_as_current_span("handle request") as outer:
+        run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="tr"))
+        await seen.wait_for(names.TOOL_STARTED)
+        await rt.abort("tr")
+        await asyncio.wait_for(run, 10)
+    ledger.flush(timeout=10)
+    ledger.close()
+    finished = exporter.get_finished_spans()
+    (stop,) = [sp for sp in finished if sp.name == names.SPAN_STOP]
+    assert stop.context.trace_id == outer.get_span_context().trace_id
+    assert stop.parent is not None
+    assert stop.parent.span_id == outer.get_span_context().span_id
+    ours = [sp for sp in finished if sp.name == "execute_tool look"]
+    assert [sp.context.trace_id for sp in ours] == [outer.get_span_context().trace_id]
+    keys = {k for sp in finished for k in (sp.attributes or {})}
+    assert not [k for k in keys if any(w in k for w in ("argument", "result", "input", "output"))]

@@ -48,6 +48,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
+from opentelemetry import trace
 
 from turnwatch.integrations import langgraph_approvals as approvals
 from turnwatch.integrations import langgraph_stream as stream_read
@@ -303,7 +304,13 @@ class StoppableGraph:
             for cid in waiting.calls:
                 self.dispatch.slots.pop((session, cid), None)
             await self._answer_dangling(config)
-        return self.runtime.start_turn(session, parent=RUN_TURN.get()), input
+        turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
+        # The span the run is called in (the application's, an instrumentation's) is the
+        # stop's parent: the stop is in the run's trace. Only its ids: never inputs, outputs.
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
+        return turn, input
 
     async def _wait_for_approvals(self, turn: Turn, config: Any, interrupts: list[Any]) -> bool:
         """The run paused for approvals: each call they ask about, a call of the turn with its
