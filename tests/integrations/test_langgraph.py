@@ -139,6 +139,23 @@ def rt(runtime: Runtime) -> Runtime:
     return runtime
 
 
+async def stopped_while_read(rt: Runtime, session: str, stream: AsyncIterator[Any]) -> list[Any]:
+    """What a wrapped stream gave, read to its end while the session was stopped once its
+    process tree ran (nothing of it outlives ``abort()``)."""
+    got: list[Any] = []
+
+    async def consume() -> None:
+        async for item in stream:
+            got.append(item)
+
+    run = asyncio.ensure_future(consume())
+    await until(lambda: len(marked_alive(session)) >= 3, what="the tree to start")
+    assert await rt.abort(session) is Receipt.ACCEPTED
+    assert marked_alive(session) == []
+    await asyncio.wait_for(run, 10)
+    return got
+
+
 @pytest.fixture(params=["memory", "sqlite"])
 async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
     """LangGraph's in-memory checkpointer, and its SQLite one (a real file)."""
@@ -273,6 +290,10 @@ def test_an_unknown_class_is_refused_when_the_node_is_built(rt: Runtime) -> None
 
     with pytest.raises(ToolClassError, match="sometimes"):
         tool_node([odd], rt)
+    from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
+
+    with pytest.raises(ToolClassError, match="sometimes"):  # create_agent's middleware too
+        TurnwatchMiddleware(rt, [odd])
 
     @classed("process")
     @tool
@@ -335,19 +356,8 @@ async def test_wrapped_astream_ends_after_the_answers_the_stop_wrote(
     t = Tools()
     app = StoppableGraph(t.graph(tool_node(t.all, rt), checkpointer), rt)
     cfg = {"configurable": {"thread_id": "a"}}
-    got: list[Any] = []
-
-    async def consume() -> None:
-        async for chunk in app.astream(
-            {"messages": [("user", "go")]}, cfg, session="s", stream_mode=mode
-        ):
-            got.append(chunk)
-
-    run = asyncio.ensure_future(consume())
-    await until(lambda: len(marked_alive("s")) >= 3, what="the tree to start")
-    assert await rt.abort("s") is Receipt.ACCEPTED
-    assert marked_alive("s") == []
-    await asyncio.wait_for(run, 10)
+    stream = app.astream({"messages": [("user", "go")]}, cfg, session="s", stream_mode=mode)
+    got = await stopped_while_read(rt, "s", stream)
     assert t.model_calls == 1
     pairs = got if isinstance(mode, list) else [("updates", c) for c in got]
     assert {m for m, _c in pairs} == set(mode if isinstance(mode, list) else [mode])
@@ -426,19 +436,6 @@ async def test_create_agent_wrapped_by_its_middleware_stops_the_adrs_way(
     assert check_invariants(list(sink)) == []
 
 
-def test_the_middleware_refuses_an_unknown_class_when_built(rt: Runtime) -> None:
-    from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
-
-    @classed("sometimes")
-    @tool
-    async def odd() -> str:
-        """odd"""
-        return ""
-
-    with pytest.raises(ToolClassError, match="sometimes"):
-        TurnwatchMiddleware(rt, [odd])
-
-
 async def test_create_agent_outside_a_stoppable_graph_runs_as_langgraph_runs_it(
     rt: Runtime, sink: MemorySink
 ) -> None:
@@ -515,17 +512,8 @@ async def test_wrapped_astream_events_ends_after_the_answers_the_stop_wrote(
     t = Tools()
     app = StoppableGraph(t.graph(tool_node(t.all, runtime), checkpointer), runtime)
     cfg = {"configurable": {"thread_id": "ev"}}
-    seen: list[dict[str, Any]] = []
-
-    async def consume() -> None:
-        async for ev in app.astream_events({"messages": [("user", "go")]}, cfg, session="ev"):
-            seen.append(ev)
-
-    run = asyncio.ensure_future(consume())
-    await until(lambda: len(marked_alive("ev")) >= 3, what="the tree to start")
-    assert await runtime.abort("ev") is Receipt.ACCEPTED
-    assert marked_alive("ev") == []
-    await asyncio.wait_for(run, 10)
+    stream = app.astream_events({"messages": [("user", "go")]}, cfg, session="ev")
+    seen = await stopped_while_read(runtime, "ev", stream)
     assert t.model_calls == 1  # the events ended before the model was asked again
     ends = [e for e in seen if e["event"] == "on_chain_end" and e["name"] == "tools"]
     assert len(ends) == 1  # the tools step's end is the last node's

@@ -67,6 +67,16 @@ def of(sink: MemorySink, kind: str) -> list[str | None]:
     return [e.call for e in sink if e.kind == kind]
 
 
+async def paused(
+    rt: Runtime, session: str, **agent: Any
+) -> tuple[Writes, StoppableGraph, dict[str, Any]]:
+    """A wrapped agent run to its approvals: the tool, the graph, the state it paused in."""
+    w = Writes()
+    app = StoppableGraph(w.agent(rt, **agent), rt)
+    state = await app.ainvoke({"messages": [("user", "go")]}, CFG, session=session)
+    return w, app, state
+
+
 async def test_native_an_approval_after_the_stop_still_runs_the_write() -> None:
     """Natively a run paused for approval has nothing to stop: the user's Stop changes nothing,
     and an approval given after it runs the write."""
@@ -81,11 +91,8 @@ async def test_native_an_approval_after_the_stop_still_runs_the_write() -> None:
 async def test_wrapped_a_paused_run_is_a_turn_waiting_on_its_permissions(
     runtime: Runtime, sink: MemorySink
 ) -> None:
-    rt = runtime
-    w = Writes()
-    app = StoppableGraph(w.agent(rt), rt)
-    paused = await app.ainvoke({"messages": [("user", "go")]}, CFG, session="s")
-    assert paused["__interrupt__"]  # as LangGraph's own ainvoke says it
+    w, app, state = await paused(runtime, "s")
+    assert state["__interrupt__"]  # as LangGraph's own ainvoke says it
     assert of(sink, names.PERMISSION_REQUESTED) == ["w1", "w2"]
     assert of(sink, names.TURN_SETTLED) == []  # a permission can still be granted
     assert arc_of(list(sink)).states[-1] == "waiting"
@@ -104,11 +111,8 @@ async def test_wrapped_a_paused_run_is_a_turn_waiting_on_its_permissions(
 async def test_wrapped_a_stop_while_it_waits_cancels_and_a_late_approval_is_refused(
     runtime: Runtime, sink: MemorySink
 ) -> None:
-    rt = runtime
-    w = Writes()
-    app = StoppableGraph(w.agent(rt), rt)
-    await app.ainvoke({"messages": [("user", "go")]}, CFG, session="s")
-    assert await rt.abort("s") is Receipt.ACCEPTED
+    w, app, _ = await paused(runtime, "s")
+    assert await runtime.abort("s") is Receipt.ACCEPTED
     assert of(sink, names.PERMISSION_CANCELLED) == ["w1", "w2"]
     assert [e.attrs.get("outcome") for e in sink if e.kind == names.TURN_SETTLED] == ["aborted"]
     final = await app.ainvoke(Command(resume={"decisions": [APPROVE] * 2}), CFG, session="s")
@@ -124,11 +128,8 @@ async def test_wrapped_a_stop_while_it_waits_cancels_and_a_late_approval_is_refu
 async def test_wrapped_per_call_approvals_keyed_by_interrupt(
     runtime: Runtime, sink: MemorySink
 ) -> None:
-    rt = runtime
-    w = Writes()
-    app = StoppableGraph(w.agent(rt, mode="per_call"), rt)
-    paused = await app.ainvoke({"messages": [("user", "go")]}, CFG, session="p")
-    ids = {i.value["tool_call_id"]: i.id for i in paused["__interrupt__"]}
+    w, app, state = await paused(runtime, "p", mode="per_call")
+    ids = {i.value["tool_call_id"]: i.id for i in state["__interrupt__"]}
     assert sorted(ids) == ["w1", "w2"]
     assert set(of(sink, names.PERMISSION_REQUESTED)) == {"w1", "w2"}
     answer = {ids["w1"]: APPROVE, ids["w2"]: {"type": "reject"}}
@@ -141,12 +142,9 @@ async def test_wrapped_per_call_approvals_keyed_by_interrupt(
 async def test_wrapped_a_new_message_while_approvals_wait_stops_their_turn(
     runtime: Runtime, sink: MemorySink
 ) -> None:
-    rt = runtime
     """A new prompt instead of an answer abandons the approvals: their turn is stopped (the
     framework's stop), so none can be granted later, and the new prompt is a turn of its own."""
-    w = Writes()
-    app = StoppableGraph(w.agent(rt, calls=CALLS[:1]), rt)
-    await app.ainvoke({"messages": [("user", "go")]}, CFG, session="n")
+    w, app, _ = await paused(runtime, "n", calls=CALLS[:1])
     final = await app.ainvoke({"messages": [("user", "something else")]}, CFG, session="n")
     assert of(sink, names.PERMISSION_CANCELLED) == ["w1"]
     rpc = [e.attrs.get("source") for e in sink if e.kind == names.ABORT_RPC_RECEIVED]

@@ -177,6 +177,12 @@ class Translator:
             return  # nothing can be said before the session is known
         self._out.append(Event(kind, self.session, ts, None, turn, call, tool, attrs or {}))
 
+    def call_event(
+        self, kind: str, ts: float, call: str, tool: str, attrs: Mapping[str, Any] | None = None
+    ) -> None:
+        """An event of one call of the current turn."""
+        self.emit(kind, ts, turn=self.turn, call=call, tool=tool, attrs=attrs)
+
     def announce(
         self, ts: float, session: Any, version: Any = None, *, cwd: Any = None, project: Any = None
     ) -> None:
@@ -225,14 +231,8 @@ class Translator:
         # A prompt the log never held goes with its turn (a turn ends no other way while one is
         # open): its end is said before the settle, as the runtime cancels a pending permission.
         for call, rule in self.waits.items():
-            self.emit(
-                names.PERMISSION_CANCELLED,
-                ts,
-                turn=self.turn,
-                call=call,
-                tool=self.calls.get(call, "?"),
-                attrs={names.K_INFERRED: rule},
-            )
+            tool = self.calls.get(call, "?")
+            self.call_event(names.PERMISSION_CANCELLED, ts, call, tool, {names.K_INFERRED: rule})
         self.waits = {}
         attrs: dict[str, Any] = {names.K_OUTCOME: outcome.value}
         if reason is not None:
@@ -268,8 +268,8 @@ class Translator:
         started = dict(attrs)
         if self.keep_args and args is not None:
             attrs[names.K_ARGS] = _capped(args)
-        self.emit(names.TOOL_REQUESTED, ts, turn=self.turn, call=call, tool=tool, attrs=attrs)
-        self.emit(names.TOOL_STARTED, ts, turn=self.turn, call=call, tool=tool, attrs=started)
+        self.call_event(names.TOOL_REQUESTED, ts, call, tool, attrs)
+        self.call_event(names.TOOL_STARTED, ts, call, tool, started)
         if tool in ASKS_USER:
             self.wait_inferred(ts, call, USER_BLOCKING_TOOL)
 
@@ -282,14 +282,7 @@ class Translator:
         if tool is None or call in self.waits or self.turn is None or not self.turn_open:
             return  # a call its turn's end left open waits on no prompt: the prompt went with it
         self.waits[call] = rule
-        self.emit(
-            names.PERMISSION_REQUESTED,
-            ts,
-            turn=self.turn,
-            call=call,
-            tool=tool,
-            attrs={names.K_INFERRED: rule},
-        )
+        self.call_event(names.PERMISSION_REQUESTED, ts, call, tool, {names.K_INFERRED: rule})
 
     def call_ended(self, ts: float, call: Any, outcome: Outcome) -> None:
         call = ident(call)
@@ -304,28 +297,14 @@ class Translator:
                 kind = names.PERMISSION_CANCELLED
             else:
                 kind, answer[names.K_APPROVED] = names.PERMISSION_GRANTED, True
-            self.emit(kind, ts, turn=self.turn, call=call, tool=tool, attrs=answer)
+            self.call_event(kind, ts, call, tool, answer)
         elif outcome is Outcome.DENIED:
             # A denial means a prompt was shown; the logs write only its answer, so both are
             # recorded at the answer's time (the request once: an inferred one came first).
             if rule is None:
-                self.emit(names.PERMISSION_REQUESTED, ts, turn=self.turn, call=call, tool=tool)
-            self.emit(
-                names.PERMISSION_DENIED,
-                ts,
-                turn=self.turn,
-                call=call,
-                tool=tool,
-                attrs={names.K_APPROVED: False},
-            )
-        self.emit(
-            names.TOOL_FINISHED,
-            ts,
-            turn=self.turn,
-            call=call,
-            tool=tool,
-            attrs={names.K_OUTCOME: outcome.value},
-        )
+                self.call_event(names.PERMISSION_REQUESTED, ts, call, tool)
+            self.call_event(names.PERMISSION_DENIED, ts, call, tool, {names.K_APPROVED: False})
+        self.call_event(names.TOOL_FINISHED, ts, call, tool, {names.K_OUTCOME: outcome.value})
 
 
 def _capped(args: Any) -> Any:
