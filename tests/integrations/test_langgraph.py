@@ -565,3 +565,28 @@ async def test_the_stop_joins_the_trace_the_run_was_called_in(tmp_path: Path) ->
     assert [sp.context.trace_id for sp in ours] == [outer.get_span_context().trace_id]
     keys = {k for sp in finished for k in (sp.attributes or {})}
     assert not [k for k in keys if any(w in k for w in ("argument", "result", "input", "output"))]
+
+
+async def test_a_stop_reaches_a_subgraphs_tools_and_ends_the_run_there(
+    rt: Runtime, sink: MemorySink, checkpointer: Any
+) -> None:
+    """langgraph #5682: a subgraph (its own model and ``tool_node``) as a node of the parent.
+    The stop's walk reaches its calls, and the run ends after the subgraph's tools step, before
+    the subgraph's model is asked again; a resume reruns nothing."""
+    t = Tools()
+    g = StateGraph(MessagesState)
+    g.add_node("sub", t.graph(tool_node(t.all, rt), None))
+    g.add_edge(START, "sub")
+    g.add_edge("sub", END)
+    app = StoppableGraph(g.compile(checkpointer=checkpointer), rt)
+    cfg = {"configurable": {"thread_id": "sg"}}
+    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="sg"))
+    await until(lambda: len(marked_alive("sg")) >= 3, what="the tree to start")
+    assert await rt.abort("sg") is Receipt.ACCEPTED
+    assert marked_alive("sg") == []
+    assert t.written == ["a"]
+    await asyncio.wait_for(run, 10)
+    assert t.model_calls == 1  # the subgraph's model was not asked again after the stop
+    await app.ainvoke(None, cfg, session="sg")  # the resume reruns no call
+    assert t.started == t.written == ["a"]
+    assert check_invariants(list(sink)) == []

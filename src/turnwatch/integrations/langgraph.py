@@ -32,21 +32,28 @@ permissions, a stop cancels them, a late approval is refused
 
 ``astream_events`` (v2) is stopped as ``astream`` is.
 
-Not yet wrapped: an ``interrupt()`` of a tool's own, subgraphs' own tool nodes unless built
-with :func:`tool_node`.
+A subgraph whose tools run in a :func:`tool_node` is stopped with its parent: the stop asks
+LangGraph's own ``RunControl`` to drain, so no step begins after the one under way, in the
+graph or its subgraphs (langgraph #5682: a subgraph kept running after a cancel).
+
+Not yet wrapped: an ``interrupt()`` of a tool's own; a subgraph's own ``ToolNode`` not built
+with :func:`tool_node` (its calls are not turnwatch calls).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphDrained
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import RunControl
 from langgraph.types import Command
 from opentelemetry import trace
 
@@ -227,7 +234,11 @@ class StoppableGraph:
         event)``; then ``("stopped", None)`` if a stop ended it."""
         turn, input = await self._turn(input, config, session)
         stopped = asyncio.Event()
-        turn.on_stop.append(stopped.set)
+        # LangGraph's own cooperative stop: no step begins after the one under way, in the
+        # graph and in its subgraphs (a subgraph's model is not asked again after its tools).
+        control = kwargs.setdefault("control", RunControl())
+        drain = functools.partial(control.request_drain, "stopped by the user")
+        turn.on_stop += [stopped.set, drain]
         running = RUN_TURN.set(turn)
         stream = self._open(input, config, kwargs, modes, events)
         # The tool calls the model asked for, and those answered, as the updates say: a tools
@@ -244,17 +255,20 @@ class StoppableGraph:
                     await asyncio.gather(step, return_exceptions=True)
                     break
                 try:
-                    mode, chunk = (stream_read.EVENT, step.result()) if events else step.result()
-                except StopAsyncIteration:
+                    ns, mode, chunk = stream_read.item(step.result(), events)
+                except (StopAsyncIteration, GraphDrained):
                     break
-                yield mode, chunk
+                if not ns:  # the parent graph's own (a subgraph's are read, not passed on)
+                    yield mode, chunk
                 update = stream_read.update_of(mode, chunk)
-                if isinstance(update, dict) and "__interrupt__" in update:
+                if not ns and isinstance(update, dict) and "__interrupt__" in update:
                     interrupts += update["__interrupt__"]
                 if update is None or not stream_read.note(update, asked, answered):
                     continue
-                if stopped.is_set() and asked <= answered.keys():
-                    break  # the tools step the stop reached is written: end before the model
+                if stopped.is_set() and asked <= answered.keys() and not ns:
+                    # The tools step the stop reached is written: end before the model. (A
+                    # subgraph's: its run drains after the step, its writes saved.)
+                    break
         except asyncio.CancelledError:
             self.dispatch.unclaimed(session)
             await stop_on_cancel(self.runtime, turn)
@@ -267,6 +281,7 @@ class StoppableGraph:
             with contextlib.suppress(Exception):
                 await stream.aclose()
             turn.on_stop.remove(stopped.set)
+            turn.on_stop.remove(drain)
             RUN_TURN.reset(running)
         self.dispatch.unclaimed(session)
         if stopped.is_set():
@@ -281,11 +296,16 @@ class StoppableGraph:
     def _open(
         self, input: Any, config: Any, kwargs: dict[str, Any], modes: Sequence[str], events: bool
     ) -> AsyncGenerator[Any, None]:
-        """The graph's own stream: its events, or its chunks of ``modes`` and ``updates``."""
+        """The graph's own stream: its events (a subgraph's among them), or its chunks of
+        ``modes`` and ``updates`` as ``(namespace, mode, chunk)``: a subgraph's too, so that a
+        stop that reached a subgraph's tools ends the run after their step (langgraph #5682),
+        before the subgraph's model is asked again."""
         if events:
             return self.graph.astream_events(input, config, **kwargs).__aiter__()  # type: ignore[no-any-return]
         streamed = list(dict.fromkeys(["updates", *modes]))
-        return self.graph.astream(input, config, stream_mode=streamed, **kwargs).__aiter__()  # type: ignore[no-any-return]
+        return self.graph.astream(  # type: ignore[no-any-return]
+            input, config, stream_mode=streamed, subgraphs=True, **kwargs
+        ).__aiter__()
 
     async def _turn(self, input: Any, config: Any, session: str) -> tuple[Turn, Any]:
         """The run's turn, and its input: a resume of approvals answers them through the

@@ -27,6 +27,17 @@ def node_end(event: Any) -> dict[str, Any] | None:
     return {node: (event.get("data") or {}).get("output")}
 
 
+def item(raw: Any, events: bool) -> tuple[tuple[str, ...], str, Any]:
+    """One item of the run's stream as ``(namespace, mode, chunk)``: an ``astream`` item with
+    subgraphs as it comes, an event as ``(its namespace, EVENT, event)`` (a subgraph's node's
+    namespace is nested: ``sub:<id>|tools:<id>``)."""
+    if not events:
+        ns, mode, chunk = raw
+        return tuple(ns), mode, chunk
+    where = str((raw.get("metadata") or {}).get("langgraph_checkpoint_ns") or "")
+    return (tuple(where.split("|")[:-1]) if "|" in where else ()), EVENT, raw
+
+
 def update_of(mode: str, chunk: Any) -> Any:
     """What a ``(mode, chunk)`` of the run says of a node's end, as an ``updates`` chunk (an
     event that ends a node, or an ``updates`` chunk itself); None for anything else."""
