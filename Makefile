@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m dashboards.generate --check
 	$(BIN)/mypy
-	$(BIN)/python -m pytest --cov --cov-report=term
+	$(BIN)/python -m pytest --cov --cov-report=term --durations=15
 
 demo: $(STAMP)
 	$(BIN)/turnwatch demo --grace 2
