@@ -567,15 +567,21 @@ async def test_the_stop_joins_the_trace_the_run_was_called_in(tmp_path: Path) ->
     assert not [k for k in keys if any(w in k for w in ("argument", "result", "input", "output"))]
 
 
+@pytest.mark.parametrize("shape", ["a node", "called by a node"])
 async def test_a_stop_reaches_a_subgraphs_tools_and_ends_the_run_there(
-    rt: Runtime, sink: MemorySink, checkpointer: Any
+    rt: Runtime, sink: MemorySink, checkpointer: Any, shape: str
 ) -> None:
-    """langgraph #5682: a subgraph (its own model and ``tool_node``) as a node of the parent.
-    The stop's walk reaches its calls, and the run ends after the subgraph's tools step, before
-    the subgraph's model is asked again; a resume reruns nothing."""
+    """langgraph #5682: a subgraph (its own model and ``tool_node``), a node of the parent or
+    run by one. The stop's walk reaches its calls, and the run ends after the subgraph's tools
+    step, before the subgraph's model is asked again; a resume reruns nothing."""
     t = Tools()
+    sub = t.graph(tool_node(t.all, rt), None)
+
+    async def runs_it(state: MessagesState) -> Any:
+        return await sub.ainvoke(state)
+
     g = StateGraph(MessagesState)
-    g.add_node("sub", t.graph(tool_node(t.all, rt), None))
+    g.add_node("sub", sub if shape == "a node" else runs_it)
     g.add_edge(START, "sub")
     g.add_edge("sub", END)
     app = StoppableGraph(g.compile(checkpointer=checkpointer), rt)

@@ -32,6 +32,8 @@ def item(raw: Any, events: bool) -> tuple[tuple[str, ...], str, Any]:
     subgraphs as it comes, an event as ``(its namespace, EVENT, event)`` (a subgraph's node's
     namespace is nested: ``sub:<id>|tools:<id>``)."""
     if not events:
+        if len(raw) == 2:  # a graph with no subgraphs streams (mode, chunk)
+            return (), *raw
         ns, mode, chunk = raw
         return tuple(ns), mode, chunk
     where = str((raw.get("metadata") or {}).get("langgraph_checkpoint_ns") or "")
