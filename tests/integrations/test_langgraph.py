@@ -596,3 +596,31 @@ async def test_a_stop_reaches_a_subgraphs_tools_and_ends_the_run_there(
     await app.ainvoke(None, cfg, session="sg")  # the resume reruns no call
     assert t.started == t.written == ["a"]
     assert check_invariants(list(sink)) == []
+
+
+async def test_a_drain_the_caller_asked_for_is_the_frameworks_stop(
+    rt: Runtime, sink: MemorySink, checkpointer: Any
+) -> None:
+    """The caller's own ``RunControl`` drained (its shutdown): the run ends at the step's end,
+    resumable, ``GraphDrained`` raised as LangGraph raises it, and the turn is stopped as the
+    framework's stop (source ``framework``), never reported completed."""
+    from langgraph.errors import GraphDrained
+    from langgraph.runtime import RunControl
+
+    t = Tools()
+    app = StoppableGraph(t.graph(tool_node(t.all[2:], rt), checkpointer), rt)  # the write
+    control = RunControl()
+    cfg = {"configurable": {"thread_id": "dr"}}
+    run = asyncio.ensure_future(
+        app.ainvoke({"messages": [("user", "go")]}, cfg, session="dr", control=control)
+    )
+    await until(lambda: t.started, what="the write to start")
+    control.request_drain("shutdown")
+    with pytest.raises(GraphDrained):
+        await asyncio.wait_for(run, 10)
+    assert t.written == ["a"]  # the step under way ended
+    assert t.model_calls == 1  # none began after it
+    rpc = [e.attrs.get("source") for e in sink if e.kind == names.ABORT_RPC_RECEIVED]
+    assert rpc == ["framework"]
+    assert [e.attrs.get("outcome") for e in sink if e.kind == names.TURN_SETTLED] == ["aborted"]
+    assert check_invariants(list(sink)) == []

@@ -244,37 +244,21 @@ class StoppableGraph:
         turn.on_stop += [stopped.set, drain]
         running = RUN_TURN.set(turn)
         stream = self._open(input, config, kwargs, modes, events)
-        # The tool calls the model asked for, and those answered, as the updates say: a tools
-        # step may come as one update (a ToolNode) or one per call (create_agent sends each).
-        asked: set[str] = set()
-        answered: dict[str, ToolMessage] = {}
-        interrupts: list[Any] = []  # the run paused for approvals (interrupt())
+        seen = stream_read.Seen()
         try:
-            while True:
-                step = asyncio.ensure_future(stream.__anext__())
-                await stream_read.first(step, stopped, turn, asked - answered.keys())
-                if not step.done():  # stopped with nothing in flight: the model's step ends
-                    step.cancel()
-                    await asyncio.gather(step, return_exceptions=True)
-                    break
-                try:
-                    ns, mode, chunk = stream_read.item(step.result(), events)
-                except (StopAsyncIteration, GraphDrained):
-                    break
-                if not ns:  # the parent graph's own (a subgraph's are read, not passed on)
-                    yield mode, chunk
-                update = stream_read.update_of(mode, chunk)
-                if not ns and isinstance(update, dict) and "__interrupt__" in update:
-                    interrupts += update["__interrupt__"]
-                if update is None or not stream_read.note(update, asked, answered):
-                    continue
-                if stopped.is_set() and asked <= answered.keys() and not ns:
-                    # The tools step the stop reached is written: end before the model. (A
-                    # subgraph's: its run drains after the step, its writes saved.)
-                    break
+            async for mode, chunk in stream_read.until_stopped(stream, stopped, turn, seen, events):
+                yield mode, chunk
         except asyncio.CancelledError:
             self.dispatch.unclaimed(session)
             await stop_on_cancel(self.runtime, turn)
+            raise
+        except GraphDrained:
+            # The caller's drain ended the run at a step's end, resumable, as LangGraph says:
+            # the framework's own stop, with the same walk; raised on as LangGraph raises it.
+            self.dispatch.unclaimed(session)
+            if not turn.stopping:
+                await self.runtime.abort(session, source=StopSource.FRAMEWORK, turn=turn.id)
+            await turn.finish()
             raise
         except BaseException:
             self.dispatch.unclaimed(session)
@@ -290,9 +274,9 @@ class StoppableGraph:
         if stopped.is_set():
             # The answers the run's stream carried, written if the checkpoint lacks them: a
             # node's end event comes before its writes are saved, and a cut run wrote none.
-            await self._answer_dangling(config, answered)
+            await self._answer_dangling(config, seen.answered)
             yield "stopped", None
-        elif interrupts and await self._wait_for_approvals(turn, config, interrupts):
+        elif seen.interrupts and await self._wait_for_approvals(turn, config, seen.interrupts):
             return  # the turn waits on its approvals: a permission can still be granted
         await turn.finish()
 
@@ -300,9 +284,8 @@ class StoppableGraph:
         self, input: Any, config: Any, kwargs: dict[str, Any], modes: Sequence[str], events: bool
     ) -> AsyncGenerator[Any, None]:
         """The graph's own stream: its events (a subgraph's among them), or its chunks of
-        ``modes`` and ``updates`` as ``(namespace, mode, chunk)``: a subgraph's too, so that a
-        stop that reached a subgraph's tools ends the run after their step (langgraph #5682),
-        before the subgraph's model is asked again."""
+        ``modes`` and ``updates``, a subgraph's too when it has one (``(namespace, mode,
+        chunk)``): the wrapper then sees a subgraph's tools step under way and lets it end."""
         if events:
             return self.graph.astream_events(input, config, **kwargs).__aiter__()  # type: ignore[no-any-return]
         streamed = list(dict.fromkeys(["updates", *modes]))

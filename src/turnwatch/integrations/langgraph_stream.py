@@ -5,10 +5,12 @@ next chunk or the stop. Requires the ``langgraph`` extra."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.errors import GraphDrained
 
 from turnwatch.runtime.session import Turn
 
@@ -86,3 +88,56 @@ async def first(
         if not turn.in_flight and not any(c in turn.calls for c in unanswered):
             return
         await asyncio.wait((step,))
+
+
+@dataclass
+class Seen:
+    """What a run's stream has said so far: the tool calls the model's last message asked for,
+    their answers (a tools step may come as one update, a ``ToolNode``'s, or one per call,
+    ``create_agent``'s), and the approvals it paused for (``interrupt()``)."""
+
+    asked: set[str] = field(default_factory=set)
+    answered: dict[str, ToolMessage] = field(default_factory=dict)
+    interrupts: list[Any] = field(default_factory=list)
+
+    def take(self, ns: tuple[str, ...], mode: str, chunk: Any) -> bool:
+        """Read one item; True if it is the parent graph's and answered calls."""
+        update = update_of(mode, chunk)
+        if update is None:
+            return False
+        if not ns and isinstance(update, dict) and "__interrupt__" in update:
+            self.interrupts += update["__interrupt__"]
+        return note(update, self.asked, self.answered) and not ns
+
+    @property
+    def unanswered(self) -> set[str]:
+        return self.asked - self.answered.keys()
+
+
+async def until_stopped(
+    stream: AsyncIterator[Any], stopped: asyncio.Event, turn: Turn, seen: Seen, events: bool
+) -> AsyncIterator[tuple[str, Any]]:
+    """The parent graph's ``(mode, chunk)`` items (a subgraph's are read, not passed on), until
+    the run ends, or the stop ends it: at once if nothing of the tools step is under way (the
+    model's step, or a node before the tools, is cancelled), else after the parent's tools step
+    answered every call (or the run drained: a subgraph's step). A drain the stop did not ask
+    for (the caller's own) is raised."""
+    while True:
+        step = asyncio.ensure_future(stream.__anext__())
+        await first(step, stopped, turn, seen.unanswered)
+        if not step.done():  # stopped with nothing under way: the step running is cancelled
+            step.cancel()
+            await asyncio.gather(step, return_exceptions=True)
+            return
+        try:
+            ns, mode, chunk = item(step.result(), events)
+        except StopAsyncIteration:
+            return
+        except GraphDrained:
+            if stopped.is_set():
+                return  # the stop's own drain
+            raise
+        if not ns:
+            yield mode, chunk
+        if seen.take(ns, mode, chunk) and stopped.is_set() and not seen.unanswered:
+            return  # the tools step the stop reached is written: end before the model
