@@ -12,15 +12,16 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command, interrupt
 
-from tests.integrations.lg_graphs import Scripted
+from tests.integrations.lg_graphs import Scripted, agent_graph
 from tests.integrations.test_langgraph import classed, unanswered
 from turnwatch import names
-from turnwatch.integrations.langgraph import StoppableGraph
+from turnwatch.integrations.langgraph import StoppableGraph, stopped_words, tool_node
 from turnwatch.integrations.langgraph_approvals import STOPPED
 from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
-from turnwatch.runtime import MemorySink, Receipt, Runtime
+from turnwatch.runtime import MemorySink, Outcome, Receipt, Runtime
 from turnwatch.testing import check_invariants
 from turnwatch.tracing.arc import arc_of
 
@@ -152,4 +153,76 @@ async def test_wrapped_a_new_message_while_approvals_wait_stops_their_turn(
     assert w.written == []
     assert unanswered(final["messages"]) == set()  # the abandoned call answered "not run"
     assert len([e for e in sink if e.kind == names.TURN_STARTED]) == 2
+    assert check_invariants(list(sink)) == []
+
+
+# --- a tool that asks its user itself (interrupt() in the tool) ---
+
+
+class Deploys:
+    """A mutating tool that asks its user before it acts (``interrupt()`` in its body)."""
+
+    def __init__(self) -> None:
+        self.done: list[object] = []
+
+        @classed("mutating")
+        @tool
+        async def deploy(env: str) -> str:
+            """deploys, once its user says so"""
+            answer = interrupt({"question": f"deploy to {env}?"})
+            self.done.append(answer)
+            return "deployed"
+
+        self.tool = deploy
+
+    def graph(self, rt: Runtime | None) -> Any:
+        call = {"id": "d1", "name": "deploy", "args": {"env": "prod"}}
+        script = [AIMessage(content="", tool_calls=[call])] + [AIMessage(content="done")] * 2
+        node = tool_node([self.tool], rt) if rt is not None else ToolNode([self.tool])
+        return agent_graph(node, Scripted(messages=iter(script)), InMemorySaver())
+
+
+async def test_native_a_tools_own_question_answered_after_the_stop_still_deploys() -> None:
+    d = Deploys()
+    app = d.graph(None)
+    paused = await app.ainvoke({"messages": [("user", "go")]}, CFG)
+    assert paused["__interrupt__"]
+    await app.ainvoke(Command(resume="yes"), CFG)  # after the user's Stop, natively nothing
+    assert d.done == ["yes"]
+
+
+async def test_wrapped_a_tools_own_question_is_a_permission_of_the_waiting_turn(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    d = Deploys()
+    app = StoppableGraph(d.graph(runtime), runtime)
+    paused = await app.ainvoke({"messages": [("user", "go")]}, CFG, session="q")
+    assert paused["__interrupt__"]
+    assert of(sink, names.PERMISSION_REQUESTED) == ["d1:resumed"]  # its going on, asked
+    assert of(sink, names.TURN_SETTLED) == []
+    await app.ainvoke(Command(resume="yes"), CFG, session="q")
+    assert d.done == ["yes"]
+    assert of(sink, names.PERMISSION_GRANTED) == ["d1:resumed"]
+    assert [e.attrs.get("outcome") for e in sink if e.kind == names.TOOL_FINISHED] == [
+        "completed",  # its run until it asked
+        "completed",  # its run once answered
+    ]
+    assert len(of(sink, names.TURN_STARTED)) == 1
+    assert check_invariants(list(sink)) == []
+
+
+async def test_wrapped_a_tools_own_question_answered_after_the_stop_never_goes_on(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    d = Deploys()
+    app = StoppableGraph(d.graph(runtime), runtime)
+    await app.ainvoke({"messages": [("user", "go")]}, CFG, session="q")
+    assert await runtime.abort("q") is Receipt.ACCEPTED
+    assert of(sink, names.PERMISSION_CANCELLED) == ["d1:resumed"]
+    final = await app.ainvoke(Command(resume="yes"), CFG, session="q")
+    assert of(sink, names.PERMISSION_LATE) == ["d1:resumed"]
+    assert d.done == []  # answered after the stop: it never deployed
+    said = [str(m.content) for m in final["messages"] if isinstance(m, ToolMessage)]
+    assert said == [stopped_words(Outcome.REFUSED)]
+    assert unanswered(final["messages"]) == set()
     assert check_invariants(list(sink)) == []

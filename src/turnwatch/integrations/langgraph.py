@@ -36,8 +36,14 @@ A subgraph whose tools run in a :func:`tool_node` is stopped with its parent: th
 LangGraph's own ``RunControl`` to drain, so no step begins after the one under way, in the
 graph or its subgraphs (langgraph #5682: a subgraph kept running after a cancel).
 
-Not yet wrapped: an ``interrupt()`` of a tool's own; a subgraph's own ``ToolNode`` not built
-with :func:`tool_node` (its calls are not turnwatch calls).
+A tool that asks its user itself (``interrupt()`` in its body): its run until the question is a
+completed call, the graph's run pauses, and the tool's going on is a permission of the turn,
+which waits on it; the answer (``Command(resume=…)``) grants it, and the tool runs again from
+its start as LangGraph runs it, under its own call id (``<id>:resumed``). After a stop the answer
+is refused and the tool never goes on; its call is answered "not run".
+
+Not yet wrapped: a subgraph's own ``ToolNode`` not built with :func:`tool_node` (its calls are
+not turnwatch calls).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
-from langgraph.errors import GraphDrained
+from langgraph.errors import GraphBubbleUp, GraphDrained
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import RunControl
@@ -111,9 +117,24 @@ class _Hook:
         call = request.tool_call
         name, call_id = call["name"], call["id"] or ""
         cls = self.classes.get(name, self.default)
-        value, error, result = await self.dispatch.run(
-            turn, name, cls, call_id, call.get("args") or {}, execute, request
-        )
+        key, args = (turn.session.id, call_id), call.get("args") or {}
+        ours = self.dispatch.renamed.pop(key, call_id)  # a paused call's resumption: its own id
+        paused: list[GraphBubbleUp] = []
+
+        async def run(req: ToolCallRequest) -> Any:
+            try:
+                return await execute(req)
+            except GraphBubbleUp as exc:
+                # The tool's own interrupt(): its run ends there, asking its user (not a
+                # failure), and the graph's run pauses; its resumption is asked for then, as
+                # the turn's permission (langgraph_approvals.resumptions).
+                paused.append(exc)
+                return None
+
+        value, error, result = await self.dispatch.run(turn, name, cls, ours, args, run, request)
+        if paused:
+            self.dispatch.paused[key] = (name, args)
+            raise paused[0]
         if result.outcome in (Outcome.COMPLETED, Outcome.COMPLETED_AFTER_STOP) and value:
             return value  # its real result, after the stop too
         if error is not None and result.outcome is Outcome.FAILED:
@@ -301,9 +322,12 @@ class StoppableGraph:
         history before the new input is read."""
         waiting = self.awaiting.pop(session, None)
         if waiting is not None and isinstance(input, Command) and input.resume is not None:
-            input = approvals.answer(self.runtime, self.dispatch, session, waiting, input)
-            if not waiting.turn.settled.done():
-                return waiting.turn, input
+            resumed = approvals.answer(self.runtime, self.dispatch, session, waiting, input)
+            if resumed is not None and not waiting.turn.settled.done():
+                return waiting.turn, resumed
+            if resumed is None:  # a paused tool's answer came after the stop: refused
+                await self._answer_dangling(config)  # it never goes on: "not run"
+            input = resumed  # None: the run goes on from the answers, to the model
         elif waiting is not None:
             if not waiting.turn.settled.done():
                 await self.runtime.abort(session, source=StopSource.FRAMEWORK, turn=waiting.turn.id)
@@ -326,6 +350,7 @@ class StoppableGraph:
         state = await self.graph.aget_state(config)
         messages = state.values.get("messages", []) if isinstance(state.values, dict) else []
         asked = approvals.asked_calls(interrupts, messages)
+        asked += approvals.resumptions(self.dispatch, turn.session.id)
         if not asked:
             return False
         self.awaiting[turn.session.id] = approvals.ask(turn, self.dispatch, asked)

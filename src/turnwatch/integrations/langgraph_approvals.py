@@ -12,13 +12,14 @@ the tool never runs and its call is answered "not run" in the thread's history.
 
 Both of the middleware's modes: ``batched`` (one interrupt for a model turn's calls, its
 ``action_requests`` in the order of the model's calls) and ``per_call`` (one interrupt per call,
-its ``tool_call_id`` given).
+its ``tool_call_id`` given). A tool that calls ``interrupt()`` itself is paused the same way:
+its resumption is the permission (:func:`resumptions`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage
@@ -30,6 +31,8 @@ from turnwatch.runtime.model import ToolClass
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 
+#: ``asked_calls``' mark of a paused tool's resumption (no interrupt id of its own to key by).
+RESUME = "resume"
 #: What the model is told of a call whose approval came after the stop.
 STOPPED = "Not run: the user stopped the turn before this call was approved."
 _GRANTS = frozenset({"approve", "edit"})
@@ -43,6 +46,8 @@ class Awaiting:
     turn: Turn
     calls: list[str]
     by_interrupt: dict[str, str]
+    #: Of ``calls``, the resumptions of tools their own ``interrupt()`` paused.
+    resumes: list[str] = field(default_factory=list)
 
 
 def asked_calls(
@@ -75,6 +80,25 @@ def asked_calls(
     return out
 
 
+def resumed_id(call: str) -> str:
+    """The turnwatch id of a paused call's resumed run (a call id is used once in a session)."""
+    return f"{call}:resumed"
+
+
+def resumptions(dispatch: Dispatcher, session: str) -> list[tuple[str | None, dict[str, Any]]]:
+    """The tool calls of ``session`` their own ``interrupt()`` paused, as calls to ask about:
+    each one's resumption, under its own id (the framework runs the tool again from its
+    start, and ``interrupt()`` then returns the user's answer)."""
+    out: list[tuple[str | None, dict[str, Any]]] = []
+    for (sess, cid), (name, args) in list(dispatch.paused.items()):
+        if sess != session:
+            continue
+        del dispatch.paused[(sess, cid)]
+        dispatch.renamed[(sess, cid)] = resumed_id(cid)
+        out.append((RESUME, {"id": resumed_id(cid), "name": name, "args": dict(args)}))
+    return out
+
+
 def ask(
     turn: Turn, dispatch: Dispatcher, asked: Sequence[tuple[str | None, dict[str, Any]]]
 ) -> Awaiting:
@@ -89,16 +113,29 @@ def ask(
             c["name"], c.get("args") or {}, call_id=cid, tool_class=cls.value, ask_permission=True
         )
         waiting.calls.append(cid)
-        if interrupt is not None:
+        if interrupt == RESUME:
+            waiting.resumes.append(cid)
+        elif interrupt is not None:
             waiting.by_interrupt[interrupt] = cid
     return waiting
 
 
 def answer(
     runtime: Runtime, dispatch: Dispatcher, session: str, waiting: Awaiting, resume: Command[Any]
-) -> Command[Any]:
+) -> Command[Any] | None:
     """The user's decisions through the runtime, in the interrupt's order; one that came after
-    the stop is refused there and sent on as a rejection (the tool never runs)."""
+    the stop is refused there and sent on as a rejection (the tool never runs). A paused
+    tool's answer (any value: the tool reads it) grants its resumption; one after the stop is
+    refused, and None says so: the tool must not go on."""
+    if waiting.resumes:
+        said = [runtime.answer_permission(session, c, True) for c in waiting.resumes]
+        if any(a is not Answer.GRANTED for a in said):
+            for c in waiting.resumes:
+                dispatch.slots.pop((session, c), None)
+            for key in [k for k, v in dispatch.renamed.items() if v in waiting.resumes]:
+                del dispatch.renamed[key]
+            return None
+        return resume
     value = resume.resume
     if isinstance(value, dict) and isinstance(value.get("decisions"), list):  # a batch's
         decisions = list(value["decisions"])

@@ -159,6 +159,13 @@ class Dispatcher:
         #: Each wrapped tool's class, as its wrapper read it (a call asked for before it runs,
         #: an approval, is requested with it).
         self.classes: dict[str, ToolClass] = {}
+        #: Framework calls paused by their own wait on the user (LangGraph's ``interrupt()``
+        #: in a tool), by (session, call id): their tool and arguments, until the run that
+        #: paused asks for their resumption.
+        self.paused: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = {}
+        #: A paused call's resumed run goes under another turnwatch id (an id is used once in a
+        #: session): (session, the framework's call id) → that id.
+        self.renamed: dict[tuple[str, str], str] = {}
 
     def unclaimed(self, session: str) -> None:
         """Approved calls of ``session`` the framework never ran (its run ended or failed
