@@ -624,3 +624,34 @@ async def test_a_drain_the_caller_asked_for_is_the_frameworks_stop(
     assert rpc == ["framework"]
     assert [e.attrs.get("outcome") for e in sink if e.kind == names.TURN_SETTLED] == ["aborted"]
     assert check_invariants(list(sink)) == []
+
+
+async def test_a_thread_a_native_cancel_left_is_answered_before_a_wrapped_run_goes_on(
+    rt: Runtime, sink: MemorySink, checkpointer: Any
+) -> None:
+    """A run that ended in its tools step without their answers (cancelled natively, or its
+    process killed) leaves calls LangGraph would run again on a resume. The wrapped app,
+    resuming that thread, answers them first ("not known": they may have run) and runs none."""
+    from turnwatch.integrations.langgraph import LEFT
+
+    native = Tools(native=True)
+    app = native.graph(ToolNode(native.all), checkpointer)
+    cfg = {"configurable": {"thread_id": "left"}}
+    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg))
+    try:
+        await until(lambda: native.started and marked_alive("native"), what="the tools")
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+    finally:
+        _end(native)
+    assert unanswered((await app.aget_state(cfg)).values["messages"]) == {"r1", "p1", "w1"}
+
+    t = Tools()  # the app, restarted with the wrapper, on the same thread
+    model = Scripted(messages=iter([AIMessage(content="done")]))
+    wrapped = StoppableGraph(agent_graph(tool_node(t.all, rt), model, checkpointer), rt)
+    final = await wrapped.ainvoke(None, cfg, session="left")
+    assert t.started == []  # no call of the dead run ran again
+    assert unanswered(final["messages"]) == set()
+    said = {m.tool_call_id: m.content for m in final["messages"] if isinstance(m, ToolMessage)}
+    assert said == {"r1": LEFT, "p1": LEFT, "w1": LEFT}
+    assert isinstance(final["messages"][-1], AIMessage)  # the model, told, answered

@@ -42,6 +42,11 @@ which waits on it; the answer (``Command(resume=…)``) grants it, and the tool 
 its start as LangGraph runs it, under its own call id (``<id>:resumed``). After a stop the answer
 is refused and the tool never goes on; its call is answered "not run".
 
+A thread a run left in its tools step without their answers (cancelled natively, or its
+process killed) would have them run again by LangGraph on a resume: before a wrapped run goes on
+from it, each is answered :data:`LEFT` ("not known": it may have run), unless an approval or a
+breakpoint (``interrupt_before``) accounts for the pause.
+
 Not yet wrapped: a subgraph's own ``ToolNode`` not built with :func:`tool_node` (its calls are
 not turnwatch calls).
 """
@@ -82,6 +87,14 @@ from turnwatch.runtime.session import Turn
 __all__ = ["CLASS_KEY", "StoppableGraph", "ToolClassError", "stopped_words", "tool_node"]
 
 Execute = Callable[[ToolCallRequest], Awaitable[Any]]
+
+
+#: What the model is told of a call a run left without its result (cancelled natively, or its
+#: process killed in the tools step): whether it ran is not known.
+LEFT = (
+    "Not known: the run that made this call ended before its result was recorded; it may "
+    "have run. It is not run again."
+)
 
 
 def stopped_words(outcome: Outcome, output: str = "") -> str:
@@ -256,7 +269,7 @@ class StoppableGraph:
         """The run's ``(mode, chunk)`` pairs of ``modes``, and of ``updates`` (the wrapper reads
         them to see the tools step), or (``events``) its ``astream_events`` as ``(stream_read.EVENT,
         event)``; then ``("stopped", None)`` if a stop ended it."""
-        turn, input = await self._turn(input, config, session)
+        turn, input = await self._turn(input, config, session, kwargs)
         stopped = asyncio.Event()
         # LangGraph's own cooperative stop: no step begins after the one under way, in the
         # graph and in its subgraphs (a subgraph's model is not asked again after its tools).
@@ -314,7 +327,9 @@ class StoppableGraph:
             input, config, stream_mode=streamed, subgraphs=self.nested, **kwargs
         ).__aiter__()
 
-    async def _turn(self, input: Any, config: Any, session: str) -> tuple[Turn, Any]:
+    async def _turn(
+        self, input: Any, config: Any, session: str, kwargs: dict[str, Any]
+    ) -> tuple[Turn, Any]:
         """The run's turn, and its input: a resume of approvals answers them through the
         runtime (one the stop came before, a rejection) and goes on in the turn that waited
         (a new one if the stop settled it); any other input, while approvals wait, abandons
@@ -328,6 +343,8 @@ class StoppableGraph:
             if resumed is None:  # a paused tool's answer came after the stop: refused
                 await self._answer_dangling(config)  # it never goes on: "not run"
             input = resumed  # None: the run goes on from the answers, to the model
+        elif waiting is None and not isinstance(input, Command):
+            await self._answer_left(config, kwargs)
         elif waiting is not None:
             if not waiting.turn.settled.done():
                 await self.runtime.abort(session, source=StopSource.FRAMEWORK, turn=waiting.turn.id)
@@ -356,16 +373,37 @@ class StoppableGraph:
         self.awaiting[turn.session.id] = approvals.ask(turn, self.dispatch, asked)
         return True
 
+    async def _answer_left(self, config: Any, kwargs: dict[str, Any]) -> None:
+        """Before a run goes on from a thread's checkpoint: calls of the model's last message
+        that no answer, no approval and no breakpoint accounts for were left by a run that
+        ended in their step (cancelled natively, or its process killed); LangGraph would run
+        them again. Each is answered instead, "not known", as the tools step would have."""
+        if config is None or not getattr(self.graph, "checkpointer", None):
+            return
+        state = await self.graph.aget_state(config)
+        before = kwargs.get("interrupt_before") or getattr(self.graph, "interrupt_before_nodes", ())
+        if state.interrupts or not state.next:
+            return  # an approval waits, or nothing is due
+        if before == "*" or set(state.next) & set(before or ()):
+            return  # a breakpoint the graph was paused at: the caller resumes it on purpose
+        await self._answer_dangling(config, state=state, words=LEFT)
+
     async def _answer_dangling(
-        self, config: Any, known: dict[str, ToolMessage] | None = None
+        self,
+        config: Any,
+        known: dict[str, ToolMessage] | None = None,
+        *,
+        state: Any = None,
+        words: str = "",
     ) -> None:
         """Calls of the model's last message the checkpoint holds no answer for (a stop cut the
         run before their step, or ended it on their step's end event, before its writes were
         saved) get their ``ToolMessage``: the one the run's stream carried (``known``), else
-        "not run"; written as the tools step would have, so the history stays valid."""
+        ``words`` ("not run" by default); written as the tools step would have, so the history
+        stays valid."""
         if config is None or not getattr(self.graph, "checkpointer", None):
             return
-        state = await self.graph.aget_state(config)
+        state = state or await self.graph.aget_state(config)
         messages = state.values.get("messages", []) if isinstance(state.values, dict) else []
         answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
         last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
@@ -385,7 +423,7 @@ class StoppableGraph:
                     "messages": [
                         (known or {}).get(str(c["id"]))
                         or ToolMessage(
-                            content=stopped_words(Outcome.REFUSED),
+                            content=words or stopped_words(Outcome.REFUSED),
                             name=c["name"],
                             tool_call_id=c["id"] or "",
                             status="error",
