@@ -187,6 +187,17 @@ def test_a_follower_restarted_between_the_wait_and_its_answer_ends_it(tmp_path: 
 # --- a tool that always asks its user ---
 
 
+def tool_use_at(recs: list[dict[str, Any]]) -> int:
+    """Where the one assistant record with a tool call is."""
+    (at,) = [
+        i
+        for i, r in enumerate(recs)
+        if r.get("type") == "assistant"
+        and any(b.get("type") == "tool_use" for b in r["message"]["content"])
+    ]
+    return at
+
+
 def asking(recs: list[dict[str, Any]], tool: str) -> list[dict[str, Any]]:
     """The recording with its one tool call renamed ``tool``."""
     out = []
@@ -277,12 +288,7 @@ def test_a_manual_compact_ends_the_turn_before_it(trigger: str, ends: bool) -> N
     context: a turn a lost result left open is over, its call left open for the watchdog. One
     the CLI makes mid-turn (``auto``) goes on."""
     recs = records(CLAUDE_TOOL)
-    (asked,) = [
-        i
-        for i, r in enumerate(recs)
-        if r.get("type") == "assistant"
-        and any(b.get("type") == "tool_use" for b in r["message"]["content"])
-    ]
+    asked = tool_use_at(recs)
     boundary = {
         **{k: recs[asked][k] for k in ("sessionId", "cwd", "version", "timestamp")},
         "type": "system",
@@ -309,3 +315,40 @@ def test_a_subagents_own_file_says_nothing_of_its_parent_session() -> None:
     assert read("claude-code", sub) == []
     started = [e for e in read("claude-code", parent) if e.kind == names.RUNTIME_STARTED]
     assert len(started) == 1  # the parent's own file announces it, once
+
+
+# --- an edit open too long (followed live) ---
+
+
+def edit_left_open(mode: str) -> list[dict[str, Any]]:
+    """The 2-2 recording up to its tool call, the call an ``Edit``, in ``permissionMode``."""
+    recs = asking(records(CLAUDE_TOOL), "Edit")
+    upto = recs[: tool_use_at(recs) + 1]
+    return [{**r, "permissionMode": mode} if "permissionMode" in r else r for r in upto]
+
+
+@pytest.mark.parametrize(("mode", "waits"), [("default", True), ("acceptEdits", False)])
+def test_an_edit_open_past_the_peers_threshold_waits_on_its_prompt_when_followed(
+    tmp_path: Path, mode: str, waits: bool
+) -> None:
+    """Followed live, an ``Edit`` open 30 s (the recording peer's rule: edits are fast, so it
+    waits on its prompt) is an inferred wait, dated at the call; not where the session's
+    permission mode accepts edits, and not when a file is read whole (no now to measure)."""
+    recs = edit_left_open(mode)
+    path = tmp_path / "proj" / "s.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))  # written months ago
+    h = Harness("claude-code", tmp_path)
+    h.f.poll(final=True)
+    h.f.close()
+    got = waits_of(h.events)
+    assert got == ([(names.PERMISSION_REQUESTED, "open_edit_tool")] if waits else [])
+    if waits:  # dated when the prompt appeared: the call's time
+        started = [e.ts_unix for e in h.events if e.kind == names.TOOL_STARTED]
+        asked = [e.ts_unix for e in h.events if e.kind == names.PERMISSION_REQUESTED]
+        assert asked == started
+    assert waits_of(read("claude-code", recs)) == []  # read whole: nothing inferred
+
+
+def waits_of(events: list[Event]) -> list[tuple[str, Any]]:
+    return [(e.kind, e.attrs.get(names.K_INFERRED)) for e in events if e.kind.startswith("perm")]

@@ -102,6 +102,7 @@ class Translator:
         #: Calls of the current turn waiting on a prompt the log does not hold (inferred): id →
         #: the rule that inferred it.
         self.waits: dict[str, str] = {}
+        self.call_ts: dict[str, float] = {}  # when each open call was asked for
         self.unknown: Counter[str] = Counter()
         self._out: list[Event] = []
 
@@ -130,6 +131,17 @@ class Translator:
         """Events the end of the input decides; none by default."""
         return []
 
+    def ripen(self, now: float) -> list[Event]:
+        """Events the time a followed file has been quiet decides, at ``now`` (unix seconds):
+        waits inferred from how long a call has been open (:meth:`infer`). Live only: a file
+        read whole has no now to measure against."""
+        self._out = []
+        self.infer(now)
+        return self._out
+
+    def infer(self, now: float) -> None:
+        """Infer the waits the open calls' age tells (none by default)."""
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "session": self.session,
@@ -139,6 +151,7 @@ class Translator:
             "ts": self.ts,
             "calls": dict(self.calls),
             "waits": dict(self.waits),
+            "call_ts": dict(self.call_ts),
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -149,6 +162,7 @@ class Translator:
         self.ts = float(state.get("ts") or 0.0)
         self.calls = dict(state.get("calls") or {})
         self.waits = dict(state.get("waits") or {})
+        self.call_ts = {str(k): float(v) for k, v in (state.get("call_ts") or {}).items()}
 
     def skip(self, what: str) -> None:
         """A record of a type this adapter does not know (or need): counted, never fatal."""
@@ -210,7 +224,7 @@ class Translator:
             return
         if self.turn_open:
             self.end_turn(ts, Outcome.COMPLETED, reason=NEXT_PROMPT)
-        self.turn, self.turn_open, self.calls = turn, True, {}
+        self.turn, self.turn_open, self.calls, self.call_ts = turn, True, {}, {}
         self.emit(names.TURN_STARTED, ts, turn=turn)
 
     def end_turn(
@@ -261,6 +275,7 @@ class Translator:
         # moment after "Request cancelled.") stays in that turn, which stays settled: the
         # fold reads its activity as after the settle, which it is.
         self.calls[call] = tool
+        self.call_ts[call] = ts
         cls = cli_tool_class(self.source, tool)
         attrs: dict[str, Any] = {names.K_CLASS: cls.value}
         if background:
@@ -289,6 +304,7 @@ class Translator:
         tool = self.calls.pop(call, None) if call is not None else None
         if tool is None or self.turn is None:
             return  # a result for a call this reader never saw start (a file read from the middle)
+        self.call_ts.pop(call, None)
         rule = self.waits.pop(call, None)
         if rule is not None and outcome is not Outcome.DENIED:
             # It ran, or was ended: its wait ended by an answer (or an Esc) the log does not hold.

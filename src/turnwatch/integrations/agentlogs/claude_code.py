@@ -20,6 +20,7 @@ prompt waiting for the user is not in the file.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from turnwatch.integrations.agentlogs.base import Translator, text_of
@@ -43,6 +44,15 @@ _QUIET = frozenset(
     }
 )
 _ENDS = frozenset({"end_turn"})
+#: File edits Claude Code asks permission for unless its mode accepts them; they are fast (a
+#: few seconds; ~16 s the longest the recording peer saw), so one open this long waits on its
+#: prompt (the peer's threshold and rule, Irrlicht ``stalledEditToolThreshold``).
+EDITS = frozenset({"edit", "write", "multiedit", "notebookedit"})
+STALLED_S = 30.0
+#: ``permissionMode``s in which an edit asks nothing.
+_EDITS_ALLOWED = frozenset({"acceptEdits", "bypassPermissions"})
+#: ``attrs.inferred`` of a wait read from an edit open past :data:`STALLED_S`.
+OPEN_EDIT = "open_edit_tool"
 #: The tags Claude Code wraps its own text in, never a prompt (its list, as 2.1.197 has it).
 _LOCAL = tuple(
     f"<{tag}>"
@@ -61,10 +71,34 @@ _LOCAL = tuple(
 class ClaudeCode(Translator):
     source = "claude-code"
 
+    def __init__(self, *, log: str | None = None, keep_args: bool = False) -> None:
+        super().__init__(log=log, keep_args=keep_args)
+        self.mode: str | None = None  # the session's permissionMode, as last written
+
+    def snapshot(self) -> dict[str, Any]:
+        return {**super().snapshot(), "mode": self.mode}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        super().restore(state)
+        mode = state.get("mode")
+        self.mode = mode if isinstance(mode, str) else None
+
+    def infer(self, now: float) -> None:
+        """An edit open past :data:`STALLED_S` waits on its permission prompt (live only)."""
+        if self.mode in _EDITS_ALLOWED:
+            return
+        for call, tool in self.calls.items():
+            since = self.call_ts.get(call)
+            if tool.lower() in EDITS and since is not None and now - since >= STALLED_S:
+                self.wait_inferred(since, call, OPEN_EDIT)
+
     def take(self, rec: dict[str, Any]) -> None:
         kind = rec.get("type")
         sid = rec.get("sessionId")
         ts = self.at(rec.get("timestamp"))
+        mode = rec.get("permissionMode")
+        if isinstance(mode, str):
+            self.mode = mode
         if (
             isinstance(sid, str)
             and sid
