@@ -231,12 +231,12 @@ class Follower:
             self._read(f, st.st_size)
             f.grew_at, f.flushed = now, False
         quiet = now - f.grew_at >= QUIET_S
+        if f.flushed and f.tr.calls:  # quiet, a call open: it may be waiting on its user
+            self._emit(f.tr.ripen(time.time()))
         if not f.flushed and (quiet or final):
             self._emit(f.tr.flush())
             f.flushed = True
             self._save(f)
-        if f.flushed and f.tr.calls:  # a call open this long may wait on its user
-            self._emit(f.tr.ripen(time.time()))
         elif f.lines.consumed != f.saved_offset and now - f.saved_at >= QUIET_S:
             self._save(f)  # a long burst: a checkpoint at most every QUIET_S
         elif (
