@@ -9,6 +9,7 @@ the CLI writes the case (an answer that came after the recording ended, a tool t
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -352,3 +353,26 @@ def test_an_edit_open_past_the_peers_threshold_waits_on_its_prompt_when_followed
 
 def waits_of(events: list[Event]) -> list[tuple[str, Any]]:
     return [(e.kind, e.attrs.get(names.K_INFERRED)) for e in events if e.kind.startswith("perm")]
+
+
+def test_a_quiet_file_with_a_call_open_is_still_let_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asking an open call's age each poll must not keep a quiet file followed for ever: it is
+    let go after its idle time like any other (its place and its calls in its checkpoint)."""
+    from turnwatch.integrations.agentlogs import follow
+
+    monkeypatch.setattr(follow, "QUIET_S", 0.05)
+    monkeypatch.setattr(follow, "IDLE_S", 0.2)
+    path = tmp_path / "proj" / "s.jsonl"
+    path.parent.mkdir()
+    recs = edit_left_open("acceptEdits")  # an edit open, nothing to infer
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    h = Harness("claude-code", tmp_path)
+    h.f.poll()
+    assert h.f.files[path].tr.calls  # the call is open
+    for _ in range(3):
+        time.sleep(0.12)
+        h.f.poll()
+    assert h.f.files == {}  # let go
+    h.f.close()
