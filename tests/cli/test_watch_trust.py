@@ -149,8 +149,13 @@ def test_the_watch_service_starts_before_any_ledger_exists(tmp_path: Path) -> No
         assert url.startswith("http://127.0.0.1:"), first
 
         def scans() -> float:
-            with urllib.request.urlopen(url, timeout=10) as resp:
-                text = resp.read().decode()
+            try:
+                with urllib.request.urlopen(url, timeout=10) as resp:
+                    text = resp.read().decode()
+            except OSError:
+                # A scrape a loaded machine's kernel reset (seen once: ECONNRESET on connect,
+                # two CPU burners beside the suite): a monitor scrapes again, and so does this.
+                return -1.0
             line = next(ln for ln in text.splitlines() if ln.startswith(SCANS))
             return float(line.split()[-1])
 
