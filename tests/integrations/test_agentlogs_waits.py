@@ -9,13 +9,12 @@ the CLI writes the case (an answer that came after the recording ended, a tool t
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import turnwatch
+from tests.conftest import turnwatch, wait_until
 from tests.integrations.agent_arcs import DATA
 from tests.integrations.test_agentlogs_follow import Harness, batch, rollout, unlogged
 from turnwatch import names
@@ -371,8 +370,10 @@ def test_a_quiet_file_with_a_call_open_is_still_let_go(
     h = Harness("claude-code", tmp_path)
     h.f.poll()
     assert h.f.files[path].tr.calls  # the call is open
-    for _ in range(3):
-        time.sleep(0.12)
+
+    def let_go() -> bool:
         h.f.poll()
-    assert h.f.files == {}  # let go
+        return not h.f.files
+
+    wait_until(let_go, 5, "the quiet file let go")
     h.f.close()
