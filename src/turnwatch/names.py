@@ -117,6 +117,8 @@ K_DETAIL: Final = "detail"
 K_RESULT: Final = "result"
 K_ACTION: Final = "action"
 K_REFUSED_PIDS: Final = "refused_pids"
+#: The tool call ids of a LangGraph thread the watchdog answered in its checkpoint.
+K_ANSWERED: Final = "answered"
 K_STEP: Final = "step"
 K_KILL_AT: Final = "kill_at"
 K_VERSION: Final = "version"
@@ -171,6 +173,7 @@ EVENT_ATTRIBUTES: Final = frozenset(
         K_RESULT,
         K_ACTION,
         K_REFUSED_PIDS,
+        K_ANSWERED,
         K_STEP,
         K_KILL_AT,
         K_VERSION,
@@ -271,6 +274,8 @@ F_AWAIT_OVERDUE: Final = "await_overdue"
 F_ACTIVITY_AFTER_SETTLE: Final = "activity_after_settle"
 F_PERMISSION_AFTER_STOP: Final = "permission_after_stop"
 F_BACKGROUND_PROCESS: Final = "background_process"
+#: A LangGraph thread whose checkpoint a stopped or dead run left with unanswered tool calls.
+F_DANGLING_TOOL_CALLS: Final = "dangling_tool_calls"
 FINDING_KINDS: Final = (
     F_ABORTED_WITH_LIVE_PROCESS,
     F_PINNED_SESSION,
@@ -280,6 +285,7 @@ FINDING_KINDS: Final = (
     F_ACTIVITY_AFTER_SETTLE,
     F_PERMISSION_AFTER_STOP,
     F_BACKGROUND_PROCESS,
+    F_DANGLING_TOOL_CALLS,
 )
 
 # --- Session states (design §7) ---

@@ -110,6 +110,7 @@ SECONDS: dict[str, tuple[float, float]] = {
     "--grace": (0.01, 3_600.0),
     "--pinned-after": (0.1, 31_536_000.0),
     "--overdue-after": (0.1, 31_536_000.0),
+    "--langgraph-quiet": (0.0, 31_536_000.0),
 }
 #: Each size option's bounds, bytes.
 BYTES: dict[str, tuple[int, int]] = {"--max-body": (1, 1 << 30)}

@@ -20,6 +20,7 @@ from turnwatch.watchdog.scan import Config
 
 if TYPE_CHECKING:
     from turnwatch.cli import agent_files
+    from turnwatch.watchdog.threads import Threads
 
 # The metrics server (prometheus_client, http.server) and the agent CLIs' readers are imported
 # where they are used: `recover` and `watch --once` start without them (~65 ms of imports).
@@ -36,6 +37,7 @@ def make_watchdog(
     agents: Agents | None = None,
     write: bool = True,
     retain_s: float | None = None,
+    threads: Threads | None = None,
 ) -> tuple[Watchdog, Callable[[], Ledger | None]]:
     """A watchdog recording its findings and actions (and their spans) into the ledger at
     ``path``, and what closes both (the ledger first: its writer builds the spans).
@@ -45,7 +47,16 @@ def make_watchdog(
     ``write`` (a look: ``watch --once``, ``recover --dry-run``), it opens no writer and records
     nothing: looking never writes (design §6)."""
     if not write and agents is None:
-        look = Watchdog(path, _nothing, _nothing, cfg=cfg, recover=recover, dry_run=True, say=say)
+        look = Watchdog(
+            path,
+            _nothing,
+            _nothing,
+            cfg=cfg,
+            recover=recover,
+            dry_run=True,
+            say=say,
+            threads=threads,
+        )
         return look, lambda: None
     provider = tracer_provider()  # first: an exporter that cannot be had opens nothing
     ledger = Ledger(path)
@@ -84,6 +95,7 @@ def make_watchdog(
         say=say,
         also=also,
         retain_s=retain_s,
+        threads=threads,
     ), close
 
 
@@ -146,6 +158,7 @@ def once(
     say: Callable[[str], None],
     agents: Agents | None = None,
     retain_s: float | None = None,
+    threads: Threads | None = None,
 ) -> Cycle:
     dog, close = make_watchdog(
         path,
@@ -156,6 +169,7 @@ def once(
         agents=agents,
         write=recover and not dry_run,
         retain_s=retain_s,
+        threads=threads,
     )
     try:
         cycle = asyncio.run(dog.cycle())
@@ -176,6 +190,7 @@ def loop(
     say: Callable[[str], None],
     agents: Agents | None = None,
     retain_s: float | None = None,
+    threads: Threads | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM, serving the metrics (rebuilt from the ledger) if asked."""
     from prometheus_client import CollectorRegistry
@@ -200,6 +215,7 @@ def loop(
             observe_scan=metrics.scan.observe,
             agents=agents,
             retain_s=retain_s,
+            threads=threads,
         )
     except BaseException:
         if server is not None:

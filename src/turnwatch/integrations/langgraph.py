@@ -59,7 +59,7 @@ import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp, GraphDrained
 from langgraph.prebuilt import ToolNode
@@ -69,7 +69,9 @@ from langgraph.types import Command
 from opentelemetry import trace
 
 from turnwatch.integrations import langgraph_approvals as approvals
+from turnwatch.integrations import langgraph_checkpoints as checkpoints
 from turnwatch.integrations import langgraph_stream as stream_read
+from turnwatch.integrations.langgraph_checkpoints import LEFT, stopped_words
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
     RUN_TURN,
@@ -84,29 +86,16 @@ from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 
-__all__ = ["CLASS_KEY", "StoppableGraph", "ToolClassError", "stopped_words", "tool_node"]
+__all__ = [
+    "CLASS_KEY",
+    "LEFT",
+    "StoppableGraph",
+    "ToolClassError",
+    "stopped_words",
+    "tool_node",
+]
 
 Execute = Callable[[ToolCallRequest], Awaitable[Any]]
-
-
-#: What the model is told of a call a run left without its result (cancelled natively, or its
-#: process killed in the tools step): whether it ran is not known.
-LEFT = (
-    "Not known: the run that made this call ended before its result was recorded; it may "
-    "have run. It is not run again."
-)
-
-
-def stopped_words(outcome: Outcome, output: str = "") -> str:
-    """What the model is told of a call the stop reached (its ``ToolMessage``'s content)."""
-    if outcome is Outcome.DISCARDED:
-        return "Stopped by the user: this call's result was discarded."
-    if outcome is Outcome.REFUSED:
-        return "Not run: the user stopped the turn before this call started."
-    if outcome is Outcome.ABORTED:
-        said = f" It printed, before it was ended:\n{output}" if output else ""
-        return "Stopped by the user: this call was ended." + said
-    return f"Stopped by the user ({outcome.value})."
 
 
 class _Hook:
@@ -401,35 +390,4 @@ class StoppableGraph:
         saved) get their ``ToolMessage``: the one the run's stream carried (``known``), else
         ``words`` ("not run" by default); written as the tools step would have, so the history
         stays valid."""
-        if config is None or not getattr(self.graph, "checkpointer", None):
-            return
-        state = state or await self.graph.aget_state(config)
-        messages = state.values.get("messages", []) if isinstance(state.values, dict) else []
-        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-        last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
-        missing = [c for c in (last.tool_calls if last else []) if c["id"] not in answered]
-        if missing:
-            node = next(
-                (
-                    n
-                    for n, v in self.graph.nodes.items()
-                    if isinstance(getattr(v, "bound", None), ToolNode)
-                ),
-                None,
-            )
-            await self.graph.aupdate_state(
-                config,
-                {
-                    "messages": [
-                        (known or {}).get(str(c["id"]))
-                        or ToolMessage(
-                            content=words or stopped_words(Outcome.REFUSED),
-                            name=c["name"],
-                            tool_call_id=c["id"] or "",
-                            status="error",
-                        )
-                        for c in missing
-                    ]
-                },
-                as_node=node,  # as the tools step would have: next, the model
-            )
+        await checkpoints.answer(self.graph, config, known, state=state, words=words)

@@ -129,4 +129,6 @@ def reason(f: Finding, now: float, cfg: Config = DEFAULT_CONFIG) -> str:
         return f'the session is pinned "processing" for {age(now - (f.since or now))}: {f.detail}'
     if f.kind == FindingKind.ABORT_RPC_STUCK:
         return f"agent.abort never returned: {f.detail}"
+    if f.kind == FindingKind.DANGLING_TOOL_CALLS:
+        return f"{f.kind}: the LangGraph thread's checkpoint has {f.detail}"
     return f.detail or f.kind

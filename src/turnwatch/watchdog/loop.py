@@ -13,17 +13,22 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from turnwatch import names
 from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.model import FindingKind, RecoveryResult
+from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.tracing.ledger import LedgerError, connect
 from turnwatch.tracing.prune import Pruned, prune
 from turnwatch.watchdog.inprocess import merged, runtime_findings
 from turnwatch.watchdog.recover import Recoverer, Recovery
-from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding, ScanResult, scan
+from turnwatch.watchdog.scan import DEFAULT_CONFIG, Action, Config, Finding, ScanResult, scan
 from turnwatch.watchdog.signals import Guard
+
+if TYPE_CHECKING:
+    from turnwatch.watchdog.threads import Threads
 
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_RATE_PER_MIN = 30
@@ -82,8 +87,11 @@ class Watchdog:
         say: Callable[[str], None] = lambda _m: None,
         also: Callable[[], list[Finding]] | None = None,
         retain_s: float | None = None,
+        threads: Threads | None = None,
     ) -> None:
         self.ledger = ledger
+        #: A LangGraph checkpointer's file: its threads left with unanswered calls.
+        self.threads = threads
         #: Findings from outside the ledger (background processes of the agent CLIs).
         self.also = also
         self.sink = sink
@@ -110,6 +118,7 @@ class Watchdog:
         self._backoff: dict[str, tuple[float, float]] = {}
         self.say = say
         self._unread: str | None = None  # why the ledger could not be read, while it cannot
+        self._unread_threads: str | None = None  # the same, of the checkpointer file
         #: With ``retain_s``, the rows of sessions settled longer ago are pruned (tracing.prune)
         #: at the first cycle and every PRUNE_EVERY_S after, never one with an open finding.
         self.retain_s = retain_s
@@ -126,10 +135,16 @@ class Watchdog:
         """The ledger's and /proc's part of a scan: blocking, and safe off the loop's thread.
         Beside a runtime, a ledger that cannot be read is no scan's end: what the runtime knows
         of its own sessions is still found (said once per outage)."""
+        if self.threads is not None and not self.ledger.exists():
+            # A look at LangGraph threads where no turnwatch runtime has written a ledger yet.
+            found = ScanResult(table=ProcessTable.scan())
+            found.findings = self._threads(None, found)
+            return found
         try:
             conn = self._conn()
             try:
                 found = scan(conn, cfg=self.cfg)
+                found.findings += self._threads(conn, found)
             finally:
                 conn.close()
             self._unread = None
@@ -141,6 +156,21 @@ class Watchdog:
                 self.say(f"watchdog: cannot read the ledger ({exc}); watching the runtime")
             self._unread = str(exc)
             return ScanResult()
+
+    def _threads(self, conn: sqlite3.Connection | None, found: ScanResult) -> list[Finding]:
+        """The checkpointer file's dangling threads; one that cannot be read is said once per
+        outage, and the rest of the scan goes on."""
+        if self.threads is None or found.table is None:
+            return []
+        try:
+            out = self.threads.findings(conn, found.table)
+        except ValueError as exc:  # CheckpointFileError
+            if self._unread_threads != str(exc):
+                self.say(f"watchdog: {exc}")
+            self._unread_threads = str(exc)
+            return []
+        self._unread_threads = None
+        return out
 
     def _completed(self, result: ScanResult) -> ScanResult:
         if self.runtime is not None:  # on the loop's thread: the runtime's state is the loop's
@@ -238,6 +268,14 @@ class Watchdog:
             )
         return done
 
+    def _repairable(self, f: Finding) -> bool:
+        """A dangling thread the watchdog may answer: its run known to be over, or vouched."""
+        return (
+            f.kind is FindingKind.DANGLING_TOOL_CALLS
+            and self.threads is not None
+            and (f.action is Action.ANSWER_CALLS or f.session in self.threads.vouched)
+        )
+
     async def act(self, findings: list[Finding], *, dry_run: bool | None = None) -> list[Recovery]:
         """Recover what can be (one action per session or process), report the rest.
 
@@ -249,7 +287,7 @@ class Watchdog:
         try:
             actions = []
             for f in _one_per_target(findings):
-                if f.kind not in _RECOVERABLE:
+                if f.kind not in _RECOVERABLE and not self._repairable(f):
                     actions.append(Recovery(f, f.action, RecoveryResult.REPORT_ONLY))
                 elif not self.recoverer.dry_run and (wait := self._backing_off(f)):
                     why = f"backing off {wait:.0f} s after a failed recovery"
@@ -259,7 +297,11 @@ class Watchdog:
                         Recovery(f, f.action, RecoveryResult.DEFERRED, "rate limit reached")
                     )
                 else:
-                    done = await self.recoverer.recover(f)
+                    done = await (
+                        self.threads.repair(f, self.recoverer)
+                        if self.threads is not None and self._repairable(f)
+                        else self.recoverer.recover(f)
+                    )
                     if not self.recoverer.dry_run:
                         self._note(f, done.result)
                     actions.append(done)

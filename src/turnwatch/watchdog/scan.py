@@ -54,6 +54,7 @@ class Action(StrEnum):
     CGROUP_KILL = "cgroup.kill"  # the call's cgroup: membership is the proof
     REPORT = "report"  # nothing the watchdog may do: people decide
     REPORT_AWAITED = "report (never abandoned)"  # a mutating or extension call: never signalled
+    ANSWER_CALLS = "answer calls"  # a LangGraph thread's unanswered calls, in its checkpoint
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,9 @@ from turnwatch.cli.common import (
     console,
     err,
     fail,
-    read_conn,
     seconds,
-    unknown_session,
 )
+from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
 
 
 def explain(
@@ -30,25 +29,36 @@ def explain(
     svg: Annotated[Path | None, typer.Option("--svg", help="Also save the picture as SVG.")] = None,
     grace: GraceOpt = 10.0,
     as_json: JsonOpt = False,
+    langgraph_checkpoints: CheckpointsOpt = None,
+    langgraph_graph: GraphOpt = None,
+    langgraph_quiet: QuietOpt = 300.0,
 ) -> None:
-    """The stop's timeline from click to idle, and what still holds the session."""
+    """The stop's timeline from click to idle, and what still holds the session (or, with
+    --langgraph-checkpoints, the LangGraph thread)."""
     from dataclasses import asdict
 
+    from turnwatch.cli import langgraph_threads as lg
     from turnwatch.cli import waterfall as ex
     from turnwatch.tracing.view import find_turn
+    from turnwatch.watchdog.scan import scan
 
     seconds("--grace", grace)
-    conn = read_conn(ledger)
-    found = find_turn(conn, ident)
+    threads = lg.threads(langgraph_checkpoints, langgraph_graph, langgraph_quiet)
+    lg_hint = lg.hint(threads, langgraph_graph)
+    conn, dangling = lg.ledger_for(
+        threads, ledger, ident, lambda c: find_turn(c, ident) is not None
+    )
+    found = None if conn is None else find_turn(conn, ident)
     if found is None:
-        raise unknown_session(conn, ident)
-    result = ex.build(conn, *found, cfg=config(grace))
+        return lg.say(ident, dangling, as_json, lg_hint)
+    findings = scan(conn, cfg=config(grace)).findings + dangling if threads else None
+    result = ex.build(conn, *found, cfg=config(grace), findings=findings)
     if as_json:
         data = asdict(result)
         data["findings"] = [f.to_json() for f in result.findings]
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
-        return
-    hint = f" --ledger {ledger}" if ledger else ""
+        return None
+    hint = (f" --ledger {ledger}" if ledger else "") + (lg_hint if dangling else "")
     out = Console(record=True) if svg else console
     ex.render(out, result, hint)
     if svg:
@@ -57,3 +67,4 @@ def explain(
         except OSError as exc:
             raise fail(f"--svg {svg}: cannot write ({exc.strerror or exc})") from None
         err.print(f"saved {svg}")
+    return None

@@ -18,10 +18,9 @@ from turnwatch.cli.common import (
     fail,
     ledger_errors,
     ledger_path,
-    read_conn,
     seconds,
-    unknown_session,
 )
+from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
 
 
 def recover(
@@ -30,17 +29,26 @@ def recover(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what it would do.")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
     grace: GraceOpt = 10.0,
+    langgraph_checkpoints: CheckpointsOpt = None,
+    langgraph_graph: GraphOpt = None,
+    langgraph_quiet: QuietOpt = 300.0,
 ) -> None:
-    """The abort walk for one pinned session, saying each action before taking it."""
+    """The abort walk for one pinned session, saying each action before taking it.
+
+    With --langgraph-checkpoints, SESSION may be a LangGraph thread a stopped or dead run left
+    with unanswered tool calls: they are answered in its checkpoint through --langgraph-graph,
+    once you say its run is over (--yes, or the prompt)."""
+    from turnwatch.cli import langgraph_threads as lg
     from turnwatch.cli.watchdog_program import make_watchdog
     from turnwatch.runtime.model import RecoveryResult
     from turnwatch.tracing.view import session_ids
-    from turnwatch.watchdog.holds import what_holds
+    from turnwatch.watchdog.holds import Hold, what_holds
 
     seconds("--grace", grace)
-    conn = read_conn(ledger)
-    if session not in session_ids(conn):
-        raise unknown_session(conn, session)
+    threads = lg.threads(langgraph_checkpoints, langgraph_graph, langgraph_quiet)
+    conn, _ = lg.ledger_for(threads, ledger, session, lambda c: session in session_ids(c))
+    if threads is not None:  # its operator answers for the run being over: asked, or --yes
+        threads.vouched.add(session)
     import asyncio
 
     with exporter_config(), ledger_errors():
@@ -51,10 +59,16 @@ def recover(
             dry_run=False,
             write=not dry_run,  # a dry run only looks: it records nothing
             say=lambda m: console.print(f"  {m}"),
+            threads=threads,
         )
     try:
         # What explain says holds it, from the same function: the two never disagree.
-        hold = what_holds(conn, session, cfg=config(grace), findings=dog.scan().findings)
+        scanned = dog.scan().findings
+        hold = (
+            what_holds(conn, session, cfg=config(grace), findings=scanned)
+            if conn is not None
+            else Hold(session, [f for f in scanned if f.session == session])
+        )
         findings = hold.findings
         if not hold.recoverable:
             for r in hold.reasons(time.time(), config(grace)):

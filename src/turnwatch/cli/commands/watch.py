@@ -28,6 +28,7 @@ from turnwatch.cli.common import (
     read_conn,
     seconds,
 )
+from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
 
 
 def watch(
@@ -94,13 +95,16 @@ def watch(
             "Off unless given.",
         ),
     ] = None,
+    langgraph_checkpoints: CheckpointsOpt = None,
+    langgraph_graph: GraphOpt = None,
+    langgraph_quiet: QuietOpt = 300.0,
 ) -> None:
     """The watchdog: scan every --interval and recover what it finds.
 
     With --once it scans once and only reports, unless --recover is given: looking never kills.
     Exit 1 after --once when findings remain.
     """
-    from turnwatch.cli import watchdog_program
+    from turnwatch.cli import langgraph_threads, watchdog_program
     from turnwatch.tracing.ledger import LedgerError
 
     seconds("--interval", interval)
@@ -110,7 +114,8 @@ def watch(
     retain_s = duration("--retain", retain) if retain is not None else None
     recover = (not once) if recover is None else recover
     path = ledger_path(ledger)
-    if (once and not agents) or path.exists():
+    threads = langgraph_threads.threads(langgraph_checkpoints, langgraph_graph, langgraph_quiet)
+    if (once and not agents and threads is None) or path.exists():
         read_conn(path).close()  # exit 2 now if the ledger is unusable
     # The loop may start before any runtime has written a ledger (a service at boot): it makes
     # an empty one and watches it, rather than exiting and staying down.
@@ -135,6 +140,7 @@ def watch(
                     say=say,
                     agents=follow,
                     retain_s=retain_s,
+                    threads=threads,
                 )
         except (ValueError, OSError, LedgerError) as exc:
             raise fail(str(exc)) from None
@@ -148,6 +154,7 @@ def watch(
             say=say,
             agents=follow,
             retain_s=retain_s,
+            threads=threads,
         )
     actions = {id(a.finding): a for a in cycle.actions}
     rows = []
