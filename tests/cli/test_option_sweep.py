@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import typer
 
 from tests.conftest import turnwatch
@@ -58,6 +59,9 @@ def run(argv: list[str], cwd: Path) -> tuple[list[str], int | str, str]:
     return argv, r.returncode, r.stderr
 
 
+# A hang is caught per case (30 s, ``run``); the whole sweep is a hundred console scripts and
+# grows with every option: with both cores busy it took 136 s, past the suite's 120 s default.
+@pytest.mark.timeout(900)
 def test_no_option_takes_a_value_to_a_traceback_or_a_hang(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.sqlite3"
     cli = next(DATA.glob("claudecode/regressions/07-*/recordings/*/transcript.jsonl"))
