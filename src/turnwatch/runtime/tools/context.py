@@ -24,6 +24,42 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+_MADE = threading.Lock()  # guards a flag's event, made only for a thread that waits
+
+
+class CancelFlag:
+    """A call's cancellation as worker threads read it: ``threading.Event``'s ``is_set``,
+    ``set`` and ``wait``, made in a fraction of its cost.
+
+    Every tool call has one and almost none is ever waited on, so the ``threading.Event``
+    (a ``Condition``, its lock, a deque) is made only for a thread that waits: ``is_set`` reads
+    a bool, which the GIL keeps whole across threads."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True  # before the event is read: a waiter that made it after sees this
+        if self._event is not None:
+            self._event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until set (or ``timeout`` seconds); whether it is set."""
+        if self._set:
+            return True
+        with _MADE:
+            if self._event is None:
+                self._event = threading.Event()
+        if self._set:  # set while the event was made, before set() could see it
+            self._event.set()
+        return self._event.wait(timeout)
+
 
 @dataclass(eq=False)
 class ToolContext:
@@ -33,8 +69,8 @@ class ToolContext:
     # Report to the runtime; call on the loop (from a worker thread: notify_threadsafe).
     notify: MessageCallback
     loop: asyncio.AbstractEventLoop
-    # Set by tools.abort; worker threads read it (a threading.Event is safe across threads).
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    # Set by tools.abort; worker threads read it (is_set, wait: as a threading.Event's).
+    cancelled: CancelFlag = field(default_factory=CancelFlag)
     # The same, awaitable on the loop.
     abort_arrived: asyncio.Event = field(default_factory=asyncio.Event)
     # The abort request, once one arrived (its grace window bounds process termination).
