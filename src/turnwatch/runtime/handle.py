@@ -72,4 +72,16 @@ class CallHandle:
 
     async def result(self) -> ToolResult:
         """The :class:`~turnwatch.runtime.model.ToolResult`, once the call is resolved."""
-        return await asyncio.shield(self._call.result)
+        res = self._call.result
+        if not res.done():
+            # As asyncio.shield: the caller's cancel ends its wait, never the call's result;
+            # a bare waiter costs less than shield's outer future and its two callbacks.
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def wake(_res: object) -> None:
+                if not waiter.done():  # cancelled: the caller stopped waiting
+                    waiter.set_result(None)
+
+            res.add_done_callback(wake)
+            await waiter
+        return res.result()
