@@ -3,7 +3,8 @@
 Per tool call: a graph whose model asks for 50 no-op tool calls at once, run natively
 (``ToolNode``) and wrapped per class (no sink: an unobserved runtime records nothing),
 interleaved; the difference per call is what the wrapper costs, beside LangGraph's own per-call
-cost (target: turnwatch's share ≤ 10 %).
+cost (target: turnwatch's share ≤ 10 %). The same for LangChain's ``create_agent``: native,
+with a middleware whose ``awrap_tool_call`` does nothing, and with ``TurnwatchMiddleware``.
 
 A stop: the model asks for a shell command (``sleep``) and a write at once; native, the run's
 task is cancelled (how LangGraph stops); wrapped, ``rt.abort()``. For each: the stop → settle
@@ -85,6 +86,65 @@ async def per_call() -> dict[str, float]:
         calls=CALLS,
         rounds=ROUNDS,
     )
+
+
+async def agent_per_call() -> dict[str, float]:
+    """Seconds per call of ``create_agent``: native, an empty middleware, and wrapped."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import AgentMiddleware
+
+    from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
+
+    @tool
+    async def noop() -> str:
+        """does nothing"""
+        return ""
+
+    calls = [{"id": f"c{i}", "name": "noop", "args": {}} for i in range(CALLS)]
+    go = {"messages": [("user", "go")]}
+
+    def agent(middleware: list[Any]) -> Any:
+        ask = AIMessage(content="", tool_calls=calls)
+        model = Scripted(messages=itertools.cycle([ask, AIMessage("done")]))
+        return create_agent(model=model, tools=[noop], middleware=middleware)
+
+    class Passthrough(AgentMiddleware):
+        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request)
+
+    native, hooked = agent([]), agent([Passthrough()])
+
+    def wrapped(cls: str) -> Any:
+        rt = Runtime(LocalHost(), max_running=CALLS)
+        mw = TurnwatchMiddleware(rt, [noop], default_class=cls)
+        app = StoppableGraph(agent([mw]), rt)
+        return lambda session: app.ainvoke(go, session=session)
+
+    return await common.per_call(
+        {
+            "native": lambda _s: native.ainvoke(go),
+            "native + an empty middleware": lambda _s: hooked.ainvoke(go),
+            "wrapped, read_only": wrapped("read_only"),
+            "wrapped, mutating": wrapped("mutating"),
+        },
+        calls=CALLS,
+        rounds=ROUNDS,
+    )
+
+
+def _shares(seconds: dict[str, float], hook: str) -> list[list[object]]:
+    native = seconds["native"]
+    return [
+        [
+            name,
+            fmt_s(s),
+            "-" if name == "native" else f"{(s - native) * 1e6:+.0f} µs",
+            f"{(s - seconds[hook]) / native:+.1%} (target ≤ 10 %)"
+            if name.startswith("wrapped")
+            else "-",
+        ]
+        for name, s in seconds.items()
+    ]
 
 
 def _sleeping(seconds: str) -> list[psutil.Process]:
@@ -209,26 +269,22 @@ async def stops() -> list[list[object]]:
 
 
 async def main() -> str:
-    seconds = await per_call()
-    native, hook = seconds["native"], seconds["native + an empty awrap_tool_call hook"]
-    rows = [
-        [
-            name,
-            fmt_s(s),
-            "-" if name == "native" else f"{(s - native) * 1e6:+.0f} µs",
-            f"{(s - hook) / native:+.1%} (target ≤ 10 %)" if name.startswith("wrapped") else "-",
-        ]
-        for name, s in seconds.items()
-    ]
+    rows = _shares(await per_call(), "native + an empty awrap_tool_call hook")
+    agent_rows = _shares(await agent_per_call(), "native + an empty middleware")
+    head = ["", "per call", "over native", "turnwatch's share (over the hook)"]
     return "\n".join(
         [
             "## LangGraph: native and wrapped\n",
             f"Per tool call ({CALLS} no-op calls per run, median of {ROUNDS} runs of each, "
             "shuffled in each round; no sink):\n",
-            table(["", "per call", "over native", "turnwatch's share (over the hook)"], rows),
+            table(head, rows),
             "",
             "Any `awrap_tool_call` hook costs LangGraph's own dispatch per call: the empty one's "
             "row. The wrapper is one; its share is what it adds over that, of the native cost.",
+            "",
+            "`create_agent` (each call sent to its tools node on its own), native, with a "
+            "middleware whose `awrap_tool_call` does nothing, and with `TurnwatchMiddleware`:\n",
+            table(head, agent_rows),
             "",
             f"A stop with a process (`sleep`) and a write in flight (median of {STOPS}):\n",
             table(
