@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import io
 import json
 import threading
@@ -179,6 +180,131 @@ _ATTRS = st.one_of(
         },
     ),
 )
+
+
+#: Values at the edges of what the schema allows, for every key (JSON's own types only).
+_EDGES: list[object] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    2,
+    1.5,
+    -0.5,
+    10**20,
+    "",
+    "a",
+    "x" * 256,
+    "x" * 257,
+    "0" * 32,
+    "0" * 31 + "\n",
+    "a" * 16,
+    [],
+    ["a"],
+    [1],
+    [[1, 0.5]],
+    [[0, 1]],
+    {},
+    {"a": 1},
+    "read_only",
+    "process",
+    "cgroup",
+    "process_group",
+    "completed",
+    "exploded",
+    "codex",
+]
+_ANY = st.sampled_from(_EDGES)
+_WIDE_ATTRS = st.dictionaries(
+    st.sampled_from(
+        [
+            "pid",
+            "create_time",
+            "class",
+            "outcome",
+            "mode",
+            "control",
+            "containment",
+            "holes",
+            "cgroup",
+            "lingering",
+            "source",
+            "other",
+        ]
+    ),
+    _ANY,
+    max_size=3,
+)
+_FIELD_VALUES = st.one_of(_ANY, st.integers(-(10**20), 10**20), st.floats(-2e9, 2e9))
+_FIELDS = st.dictionaries(
+    st.sampled_from(
+        ["ts", "kind", "session", "turn", "call", "tool", "mono_ns", "trace_id", "span_id", "x"]
+    ),
+    _FIELD_VALUES,
+    max_size=2,
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(names.EVENT_KINDS)),
+    fields=_FIELDS,
+    drop=st.sets(st.sampled_from(["session", "turn", "call", "tool", "attrs"]), max_size=1),
+    attrs=st.one_of(st.none(), _WIDE_ATTRS, _ANY),
+)
+def test_the_short_way_never_accepts_what_the_schema_refuses(
+    kind: str, fields: dict[str, object], drop: set[str], attrs: object
+) -> None:
+    """The hand check of the common shapes (``_fits``, with the per-kind ``required`` as a set
+    test) gives the plain schema's verdict, and its words: on a good line of each kind with
+    one or two of its fields changed, one dropped, or its attrs changed or replaced."""
+    obj: dict[str, object] = {
+        "ts": 1.5e9,
+        "kind": kind,
+        "session": "s",
+        "turn": "t",
+        "call": "c",
+        "tool": "Grep",
+        "attrs": {"outcome": "completed", "pid": 4, "create_time": 1.0},
+    }
+    obj.update(fields)
+    for key in drop:
+        obj.pop(key, None)
+    if isinstance(attrs, dict) and isinstance(obj.get("attrs"), dict):
+        obj["attrs"] = {**obj["attrs"], **attrs}  # type: ignore[dict-item]
+    elif attrs is not None:
+        obj["attrs"] = attrs
+    verdicts = []
+    for validate in (_plain(), validator()):
+        try:
+            validate(obj)
+            verdicts.append("ok")
+        except fastjsonschema.JsonSchemaValueException as exc:
+            verdicts.append(exc.message)
+    assert verdicts[0] == verdicts[1], obj
+
+
+def test_the_short_way_is_taken_for_the_shipped_schema() -> None:
+    """``_fits`` was written for this schema: a change to it must be read into ``_fits`` (and
+    its digest updated), or lines would take the long way unseen."""
+    module = importlib.import_module(
+        "turnwatch.tracing.ingest"
+    )  # the package's `ingest`: a function
+    base = {k: v for k, v in schema().items() if k != "allOf"}
+    assert module._digest(base) == module._FITS_SCHEMA  # noqa: SLF001 - the guard itself
+    shape = module._Shape.of(base)  # noqa: SLF001
+    line = {
+        "ts": 1.0,
+        "kind": "tool.started",
+        "session": "s",
+        "turn": "t",
+        "call": "c",
+        "tool": "Grep",
+        "attrs": {"pid": 7, "create_time": 2.5, "class": "process"},
+    }
+    assert module._fits(line, shape)  # noqa: SLF001
 
 
 @functools.cache

@@ -6,7 +6,9 @@ A bad line is reported with its number and reason and skipped; every good line i
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
@@ -46,10 +48,20 @@ def validator() -> Callable[[Any], Any]:
     rules = _kind_rules(full)
     if rules is None:  # a rule of another shape: validate the plain way
         return plain
-    base = fastjsonschema.compile({k: v for k, v in full.items() if k != "allOf"})
+    base_schema = {k: v for k, v in full.items() if k != "allOf"}
+    base = fastjsonschema.compile(base_schema)
+    shape = _Shape.of(base_schema) if _digest(base_schema) == _FITS_SCHEMA else None
+    needs, rest = _required_rules(full)
+    none: frozenset[str] = frozenset()
 
     def validate(obj: Any) -> Any:
         try:
+            if shape is not None and _fits(obj, shape):
+                kind = obj["kind"]
+                if needs.get(kind, none).issubset(obj):  # else the long way, which words it
+                    for check in rest.get(kind, ()):
+                        check(obj)
+                    return obj
             base(obj)
             for check in rules.get(obj["kind"], ()):
                 check(obj)
@@ -58,6 +70,83 @@ def validator() -> Callable[[Any], Any]:
         return obj
 
     return validate
+
+
+def _digest(value: Any) -> str:
+    return hashlib.blake2b(json.dumps(value, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+#: The digest of the schema (without its per-kind rules) that :func:`_fits` was written for: a
+#: schema changed since is validated by the compiled code alone until ``_fits`` follows it.
+_FITS_SCHEMA = "3c09587ebd9a319fadc1fab2ea600d52"
+_IDS = ("session", "turn", "call", "tool")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+#: attrs keys the schema constrains and _fits does not check: such a line goes the long way.
+_ATTRS_LONG = frozenset({"holes", "lingering"})
+_ATTRS_STR = ("outcome", "mode", "control")
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What :func:`_fits` reads of the schema: its top-level keys and its enums."""
+
+    keys: frozenset[str]
+    kinds: frozenset[str]
+    classes: frozenset[str]
+    containments: frozenset[str]
+
+    @classmethod
+    def of(cls, base: dict[str, Any]) -> _Shape:
+        props, attrs = base["properties"], base["properties"]["attrs"]["properties"]
+        return cls(
+            frozenset(props),
+            frozenset(props["kind"]["enum"]),
+            frozenset(attrs["class"]["enum"]),
+            frozenset(attrs["containment"]["enum"]),
+        )
+
+
+def _fits(obj: Any, shape: _Shape) -> bool:
+    """True only for a line the schema's base (all but its per-kind rules) accepts: the common
+    shapes, checked by hand (cheaper than the compiled code, which walks every property
+    through generic checks). False says nothing: the compiled code judges the line, and words
+    its complaint. Types by ``type() is``: a bool is no number here, as in JSON."""
+    if type(obj) is not dict or not shape.keys.issuperset(obj):
+        return False
+    ts = obj.get("ts")
+    if (type(ts) is not float and type(ts) is not int) or ts < 0:
+        return False
+    kind = obj.get("kind")
+    if type(kind) is not str or kind not in shape.kinds or "session" not in obj:
+        return False
+    for key in _IDS:
+        if key in obj:
+            v = obj[key]
+            if type(v) is not str or not 0 < len(v) <= 256:
+                return False
+    if "mono_ns" in obj and type(obj["mono_ns"]) is not int:
+        return False
+    for key, hex_ in (("trace_id", _HEX32), ("span_id", _HEX16)):
+        if key in obj and (type(obj[key]) is not str or hex_.fullmatch(obj[key]) is None):
+            return False
+    return "attrs" not in obj or _attrs_fit(obj["attrs"], shape)
+
+
+def _attrs_fit(a: Any, shape: _Shape) -> bool:
+    if type(a) is not dict or not _ATTRS_LONG.isdisjoint(a):
+        return False
+    if "pid" in a and (type(a["pid"]) is not int or a["pid"] < 1):
+        return False
+    ct = a.get("create_time", 0)
+    if (type(ct) is not float and type(ct) is not int) or ct < 0:
+        return False
+    for key, allowed in (("class", shape.classes), ("containment", shape.containments)):
+        if key in a and (type(a[key]) is not str or a[key] not in allowed):
+            return False
+    if "cgroup" in a and (type(a["cgroup"]) is not str or not a["cgroup"]):
+        return False
+    return all(key not in a or type(a[key]) is str for key in _ATTRS_STR)
 
 
 def _kind_rules(full: dict[str, Any]) -> dict[str, list[Callable[[Any], Any]]] | None:
@@ -83,6 +172,27 @@ def _kind_rules(full: dict[str, Any]) -> dict[str, list[Callable[[Any], Any]]] |
         for k in kinds:
             rules.setdefault(k, []).append(then)
     return rules
+
+
+def _required_rules(
+    full: dict[str, Any],
+) -> tuple[dict[str, frozenset[str]], dict[str, list[Callable[[Any], Any]]]]:
+    """The per-kind rules split for the short way: kind → the keys its ``required``-only rules
+    need (a set test), and kind → the others, compiled."""
+    needs: dict[str, frozenset[str]] = {}
+    rest: dict[str, list[Callable[[Any], Any]]] = {}
+    for rule in full.get("allOf", []):
+        kind = rule["if"]["properties"]["kind"]
+        kinds = kind["enum"] if "enum" in kind else [kind["const"]]
+        then = rule["then"]
+        pure = set(then) == {"required"}
+        check = None if pure else fastjsonschema.compile(then)
+        for k in kinds:
+            if check is None:
+                needs[k] = needs.get(k, frozenset()) | frozenset(then["required"])
+            else:
+                rest.setdefault(k, []).append(check)
+    return needs, rest
 
 
 @dataclass
