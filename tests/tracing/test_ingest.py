@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import fastjsonschema
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -248,6 +248,20 @@ _FIELDS = st.dictionaries(
 
 
 @settings(max_examples=2000, deadline=None)
+# Each condition of the hand check, at its edge, in every run (found by mutating _fits).
+@example(kind="tool.started", fields={"session": ""}, drop=set(), attrs=None)
+@example(kind="tool.started", fields={"turn": "x" * 257}, drop=set(), attrs=None)
+@example(kind="tool.started", fields={"ts": -1}, drop=set(), attrs=None)
+@example(kind="tool.started", fields={"mono_ns": True}, drop=set(), attrs=None)
+@example(kind="tool.started", fields={"trace_id": "0" * 31 + "\n"}, drop=set(), attrs=None)
+@example(kind="tool.started", fields={"x": 1}, drop=set(), attrs=None)
+@example(kind="tool.started", fields={}, drop=set(), attrs={"pid": 0})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"create_time": -0.5})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"cgroup": ""})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"class": "teleport"})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"mode": 1})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"lingering": [[0, 1]]})
+@example(kind="tool.started", fields={}, drop={"call"}, attrs=None)
 @given(
     kind=st.sampled_from(sorted(names.EVENT_KINDS)),
     fields=_FIELDS,
