@@ -158,6 +158,8 @@ class CheckpointFile:
         self.path = path
         self._after = 0  # the last rowid read
         self._left: dict[str, Dangling] = {}  # thread → what its latest checkpoint left
+        #: thread → its mark (:meth:`_mark`) when it was last judged dangling
+        self._marks: dict[str, tuple[Any, ...]] = {}
 
     def scan(self) -> list[Dangling]:
         """Every thread the file leaves with unanswered calls, as it stands now."""
@@ -169,7 +171,7 @@ class CheckpointFile:
             saver.is_setup = True  # its setup writes (WAL, CREATE TABLE): this reader never does
             top = conn.execute("SELECT max(rowid) FROM checkpoints").fetchone()[0] or 0
             if top < self._after:  # the file was replaced or vacuumed: read it whole again
-                self._after, self._left = 0, {}
+                self._after, self._left, self._marks = 0, {}, {}
             touched = {
                 r[0]
                 for r in conn.execute(
@@ -178,14 +180,19 @@ class CheckpointFile:
                     (self._after, top),
                 )
             }
-            # A dangling thread is judged again each scan: an interrupt or an answer may be
-            # written as a pending write of the same checkpoint.
+            # A dangling thread is looked at again each scan (an interrupt or an answer may be
+            # written as a pending write of the same checkpoint, or the thread deleted), but
+            # decoded again only when its mark moved: two index seeks, not a checkpoint.
             for thread in touched | set(self._left):
+                mark = self._mark(conn, thread)
+                if thread not in touched and self._marks.get(thread) == mark:
+                    continue
                 found = self._judge(saver, thread)
                 if found is None:
                     self._left.pop(thread, None)
+                    self._marks.pop(thread, None)
                 else:
-                    self._left[thread] = found
+                    self._left[thread], self._marks[thread] = found, mark
             self._after = top
         except sqlite3.Error as exc:
             raise CheckpointFileError(f"{self.path}: cannot read the checkpoints ({exc})") from None
@@ -207,6 +214,24 @@ class CheckpointFile:
                 f"{self.path}: not a LangGraph SQLite checkpointer's file (no checkpoints table)"
             )
         return conn
+
+    @staticmethod
+    def _mark(conn: sqlite3.Connection, thread: str) -> tuple[Any, ...]:
+        """What changes when anything is written to the thread's latest checkpoint: its id, and
+        its pending writes' count and last rowid (a write replaced takes a new rowid)."""
+        latest = conn.execute(
+            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = '' "
+            "ORDER BY checkpoint_id DESC LIMIT 1",
+            (thread,),
+        ).fetchone()
+        if latest is None:
+            return ()
+        writes = conn.execute(
+            "SELECT count(*), max(rowid) FROM writes "
+            "WHERE thread_id = ? AND checkpoint_ns = '' AND checkpoint_id = ?",
+            (thread, latest[0]),
+        ).fetchone()
+        return (latest[0], *writes)
 
     @staticmethod
     def _judge(saver: SqliteSaver, thread: str) -> Dangling | None:
