@@ -372,14 +372,11 @@ async def test_wrapped_astream_ends_after_the_answers_the_stop_wrote(
     assert check_invariants(list(sink)) == []
 
 
-@pytest.mark.parametrize("kw", [{"subgraphs": True}, {"version": "v2"}])
-async def test_astream_refuses_what_it_cannot_read_before_it_starts(
-    rt: Runtime, kw: dict[str, Any]
-) -> None:
+async def test_astream_refuses_what_it_cannot_read_before_it_starts(rt: Runtime) -> None:
     t = Tools()
     app = StoppableGraph(t.graph(tool_node(t.all, rt), InMemorySaver()), rt)
-    with pytest.raises(TypeError, match="v1 chunks of the parent graph"):
-        async for _ in app.astream({"messages": []}, None, session="s", **kw):
+    with pytest.raises(TypeError, match="v1 chunks"):
+        async for _ in app.astream({"messages": []}, None, session="s", version="v2"):
             pass
     assert t.model_calls == 0
 
@@ -595,6 +592,43 @@ async def test_a_stop_reaches_a_subgraphs_tools_and_ends_the_run_there(
     assert t.model_calls == 1  # the subgraph's model was not asked again after the stop
     await app.ainvoke(None, cfg, session="sg")  # the resume reruns no call
     assert t.started == t.written == ["a"]
+    assert check_invariants(list(sink)) == []
+
+
+@pytest.mark.parametrize("modes", ["updates", ["updates", "values"]], ids=["one mode", "a list"])
+async def test_astream_with_subgraphs_passes_their_chunks_on_and_stops_after_their_tools(
+    rt: Runtime, sink: MemorySink, checkpointer: Any, modes: Any
+) -> None:
+    """``astream(subgraphs=True)``, as LangGraph streams it: each chunk with its namespace,
+    ``(ns, chunk)`` for one mode and ``(ns, mode, chunk)`` for a list; a stop ends the stream
+    after the subgraph's tools step, whose update answers every call, the model not asked again."""
+    t = Tools()
+    g = StateGraph(MessagesState)
+    g.add_node("sub", t.graph(tool_node(t.all, rt), None))
+    g.add_edge(START, "sub")
+    g.add_edge("sub", END)
+    app = StoppableGraph(g.compile(checkpointer=checkpointer), rt)
+    cfg = {"configurable": {"thread_id": "sgs"}}
+    items: list[Any] = []
+
+    async def read() -> None:
+        go = {"messages": [("user", "go")]}
+        async for item in app.astream(go, cfg, session="sgs", stream_mode=modes, subgraphs=True):
+            items.append(item)
+
+    run = asyncio.ensure_future(read())
+    await until(lambda: len(marked_alive("sgs")) >= 3, what="the tree to start")
+    assert await rt.abort("sgs") is Receipt.ACCEPTED
+    await asyncio.wait_for(run, 10)
+    width = 2 if isinstance(modes, str) else 3
+    assert items
+    assert all(isinstance(i, tuple) and len(i) == width and isinstance(i[0], tuple) for i in items)
+    updates = [i[-1] for i in items if i[0] and (width == 2 or i[1] == "updates")]
+    assert [next(iter(u)) for u in updates] == ["agent", "tools"]  # the subgraph's, then none
+    answered = {m.tool_call_id for m in updates[-1]["tools"]["messages"]}
+    assert answered == {"r1", "p1", "w1"}
+    assert all(str(i[0][0]).startswith("sub:") for i in items if i[0])
+    assert t.model_calls == 1
     assert check_invariants(list(sink)) == []
 
 

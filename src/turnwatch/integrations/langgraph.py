@@ -221,16 +221,27 @@ class StoppableGraph:
         """``graph.astream`` as one turn of ``session``: the chunks of ``stream_mode`` (the
         graph's own default if None; a list gives ``(mode, chunk)`` pairs, as LangGraph's), up
         to where a stop ends the run: after the tools step it reached, whose update carries
-        every call's answer, or at once if it came while the model ran."""
-        if kwargs.get("subgraphs") or kwargs.get("version", "v1") != "v1":
-            raise TypeError("StoppableGraph.astream streams v1 chunks of the parent graph only")
+        every call's answer, or at once if it came while the model ran. With
+        ``subgraphs=True`` a subgraph's chunks come too, each with its namespace, as
+        LangGraph's: ``(namespace, chunk)``, or ``(namespace, mode, chunk)`` for a list."""
+        if kwargs.get("version", "v1") != "v1":
+            raise TypeError("StoppableGraph.astream streams v1 chunks (version='v2': not yet)")
+        subgraphs = bool(kwargs.pop("subgraphs", False))
         if stream_mode is None or isinstance(stream_mode, str):
             single, wanted = True, [str(stream_mode or self.graph.stream_mode)]
         else:
             single, wanted = False, [str(m) for m in stream_mode]
-        async for mode, chunk in self._run(input, config, session, kwargs, modes=wanted):
-            if mode in wanted:
+        run = self._run(input, config, session, kwargs, modes=wanted, subgraphs=subgraphs)
+        async for mode, chunk in run:
+            ns: tuple[str, ...] = ()
+            if mode == stream_read.NESTED:
+                ns, mode, chunk = chunk
+            if mode not in wanted:
+                continue
+            if not subgraphs:
                 yield chunk if single else (mode, chunk)
+            else:
+                yield (ns, chunk) if single else (ns, mode, chunk)
 
     async def astream_events(
         self, input: Any, config: Any = None, *, session: str, **kwargs: Any
@@ -254,6 +265,7 @@ class StoppableGraph:
         modes: Sequence[str] = ("values",),
         *,
         events: bool = False,
+        subgraphs: bool = False,
     ) -> AsyncIterator[tuple[str, Any]]:
         """The run's ``(mode, chunk)`` pairs of ``modes``, and of ``updates`` (the wrapper reads
         them to see the tools step), or (``events``) its ``astream_events`` as ``(stream_read.EVENT,
@@ -266,10 +278,11 @@ class StoppableGraph:
         drain = functools.partial(control.request_drain, "stopped by the user")
         turn.on_stop += [stopped.set, drain]
         running = RUN_TURN.set(turn)
-        stream = self._open(input, config, kwargs, modes, events)
+        stream = self._open(input, config, kwargs, modes, events, subgraphs)
         seen = stream_read.Seen()
         try:
-            async for mode, chunk in stream_read.until_stopped(stream, stopped, turn, seen, events):
+            read = stream_read.until_stopped(stream, stopped, turn, seen, events, nested=subgraphs)
+            async for mode, chunk in read:
                 yield mode, chunk
         except asyncio.CancelledError:
             self.dispatch.unclaimed(session)
@@ -304,7 +317,13 @@ class StoppableGraph:
         await turn.finish()
 
     def _open(
-        self, input: Any, config: Any, kwargs: dict[str, Any], modes: Sequence[str], events: bool
+        self,
+        input: Any,
+        config: Any,
+        kwargs: dict[str, Any],
+        modes: Sequence[str],
+        events: bool,
+        subgraphs: bool = False,
     ) -> AsyncGenerator[Any, None]:
         """The graph's own stream: its events (a subgraph's among them), or its chunks of
         ``modes`` and ``updates``, a subgraph's too when it has one (``(namespace, mode,
@@ -313,7 +332,7 @@ class StoppableGraph:
             return self.graph.astream_events(input, config, **kwargs).__aiter__()  # type: ignore[no-any-return]
         streamed = list(dict.fromkeys(["updates", *modes]))
         return self.graph.astream(  # type: ignore[no-any-return]
-            input, config, stream_mode=streamed, subgraphs=self.nested, **kwargs
+            input, config, stream_mode=streamed, subgraphs=self.nested or subgraphs, **kwargs
         ).__aiter__()
 
     async def _turn(

@@ -114,10 +114,22 @@ class Seen:
         return self.asked - self.answered.keys()
 
 
+#: The mode of a subgraph's item passed on (``until_stopped(nested=True)``): its chunk is the
+#: ``(namespace, mode, chunk)`` the graph streamed.
+NESTED = "nested"
+
+
 async def until_stopped(
-    stream: AsyncIterator[Any], stopped: asyncio.Event, turn: Turn, seen: Seen, events: bool
+    stream: AsyncIterator[Any],
+    stopped: asyncio.Event,
+    turn: Turn,
+    seen: Seen,
+    events: bool,
+    *,
+    nested: bool = False,
 ) -> AsyncIterator[tuple[str, Any]]:
-    """The parent graph's ``(mode, chunk)`` items (a subgraph's are read, not passed on), until
+    """The parent graph's ``(mode, chunk)`` items (a subgraph's are read, and passed on as
+    ``(NESTED, (namespace, mode, chunk))`` only if ``nested``), until
     the run ends, or the stop ends it: at once if nothing of the tools step is under way (the
     model's step, or a node before the tools, is cancelled), else after the parent's tools step
     answered every call (or the run drained: a subgraph's step). A drain the stop did not ask
@@ -139,5 +151,7 @@ async def until_stopped(
             raise
         if not ns:
             yield mode, chunk
+        elif nested:
+            yield NESTED, (ns, mode, chunk)
         if seen.take(ns, mode, chunk) and stopped.is_set() and not seen.unanswered:
             return  # the tools step the stop reached is written: end before the model
