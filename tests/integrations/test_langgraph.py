@@ -375,10 +375,58 @@ async def test_wrapped_astream_ends_after_the_answers_the_stop_wrote(
 async def test_astream_refuses_what_it_cannot_read_before_it_starts(rt: Runtime) -> None:
     t = Tools()
     app = StoppableGraph(t.graph(tool_node(t.all, rt), InMemorySaver()), rt)
-    with pytest.raises(TypeError, match="v1 chunks"):
-        async for _ in app.astream({"messages": []}, None, session="s", version="v2"):
+    with pytest.raises(TypeError, match="v1 or v2"):
+        async for _ in app.astream({"messages": []}, None, session="s", version="v3"):
             pass
+    with pytest.raises(TypeError, match="v1 state"):
+        await app.ainvoke({"messages": []}, None, session="s", version="v2")
     assert t.model_calls == 0
+
+
+@pytest.mark.parametrize("subgraphs", [False, True], ids=["parent", "with subgraphs"])
+async def test_astream_v2_parts_come_as_langgraph_streams_them_up_to_the_stop(
+    rt: Runtime, sink: MemorySink, checkpointer: Any, subgraphs: bool
+) -> None:
+    """``astream(version="v2")``: LangGraph's typed parts (``type``, ``ns``, ``data``), the
+    parent's only unless ``subgraphs=True``; a stop ends the stream after the tools step that
+    answers every call."""
+    t = Tools()
+    inner = t.graph(tool_node(t.all, rt), None)
+    g = StateGraph(MessagesState)
+    g.add_node("sub", inner)
+    g.add_edge(START, "sub")
+    g.add_edge("sub", END)
+    app = StoppableGraph(g.compile(checkpointer=checkpointer), rt)
+    cfg = {"configurable": {"thread_id": f"v2{subgraphs}"}}
+    parts: list[Any] = []
+
+    async def read() -> None:
+        go = {"messages": [("user", "go")]}
+        modes = ["updates", "values"]
+        read = app.astream(
+            go, cfg, session="v2", stream_mode=modes, version="v2", subgraphs=subgraphs
+        )
+        async for part in read:
+            parts.append(part)
+
+    run = asyncio.ensure_future(read())
+    await until(lambda: len(marked_alive("v2")) >= 3, what="the tree to start")
+    assert await rt.abort("v2") is Receipt.ACCEPTED
+    await asyncio.wait_for(run, 10)
+    assert parts
+    assert all({"type", "ns", "data"} <= set(p) for p in parts)
+    assert {p["type"] for p in parts} <= {"updates", "values"}
+    nested = [p for p in parts if p["ns"]]
+    assert bool(nested) is subgraphs
+    if subgraphs:
+        updates = [p["data"] for p in nested if p["type"] == "updates"]
+        assert [next(iter(u)) for u in updates] == ["agent", "tools"]
+        answered = {m.tool_call_id for m in updates[-1]["tools"]["messages"]}
+        assert answered == {"r1", "p1", "w1"}
+    assert t.model_calls == 1
+    state = await app.graph.aget_state(cfg)
+    assert unanswered(state.values["messages"]) == set()
+    assert check_invariants(list(sink)) == []
 
 
 # --- create_agent, through its middleware ---

@@ -191,6 +191,8 @@ class StoppableGraph:
         left (the tools step it reached written, the model not asked again). A run paused for
         approvals returns its state with ``__interrupt__``, as LangGraph's, its turn left
         waiting; ``ainvoke(Command(resume=…), config, session=)`` answers them and goes on."""
+        if kwargs.get("version", "v1") != "v1":
+            raise TypeError("StoppableGraph.ainvoke returns the v1 state (version='v2': not read)")
         last: Any = None
         stopped = False
         interrupts: list[Any] = []
@@ -223,9 +225,12 @@ class StoppableGraph:
         to where a stop ends the run: after the tools step it reached, whose update carries
         every call's answer, or at once if it came while the model ran. With
         ``subgraphs=True`` a subgraph's chunks come too, each with its namespace, as
-        LangGraph's: ``(namespace, chunk)``, or ``(namespace, mode, chunk)`` for a list."""
-        if kwargs.get("version", "v1") != "v1":
-            raise TypeError("StoppableGraph.astream streams v1 chunks (version='v2': not yet)")
+        LangGraph's: ``(namespace, chunk)``, or ``(namespace, mode, chunk)`` for a list; with
+        ``version="v2"``, LangGraph's ``{"type", "ns", "data"}`` parts, as it streams them."""
+        version = kwargs.get("version", "v1")
+        if version not in ("v1", "v2"):
+            raise TypeError(f"StoppableGraph.astream streams version v1 or v2, not {version!r}")
+        v2 = version == "v2"
         subgraphs = bool(kwargs.pop("subgraphs", False))
         if stream_mode is None or isinstance(stream_mode, str):
             single, wanted = True, [str(stream_mode or self.graph.stream_mode)]
@@ -238,7 +243,9 @@ class StoppableGraph:
                 ns, mode, chunk = chunk
             if mode not in wanted:
                 continue
-            if not subgraphs:
+            if v2:
+                yield chunk  # the part whole, its namespace in it
+            elif not subgraphs:
                 yield chunk if single else (mode, chunk)
             else:
                 yield (ns, chunk) if single else (ns, mode, chunk)
@@ -280,8 +287,11 @@ class StoppableGraph:
         running = RUN_TURN.set(turn)
         stream = self._open(input, config, kwargs, modes, events, subgraphs)
         seen = stream_read.Seen()
+        v2 = not events and kwargs.get("version") == "v2"
         try:
-            read = stream_read.until_stopped(stream, stopped, turn, seen, events, nested=subgraphs)
+            read = stream_read.until_stopped(
+                stream, stopped, turn, seen, events, nested=subgraphs, v2=v2
+            )
             async for mode, chunk in read:
                 yield mode, chunk
         except asyncio.CancelledError:

@@ -29,10 +29,13 @@ def node_end(event: Any) -> dict[str, Any] | None:
     return {node: (event.get("data") or {}).get("output")}
 
 
-def item(raw: Any, events: bool) -> tuple[tuple[str, ...], str, Any]:
+def item(raw: Any, events: bool, v2: bool = False) -> tuple[tuple[str, ...], str, Any]:
     """One item of the run's stream as ``(namespace, mode, chunk)``: an ``astream`` item with
-    subgraphs as it comes, an event as ``(its namespace, EVENT, event)`` (a subgraph's node's
-    namespace is nested: ``sub:<id>|tools:<id>``)."""
+    subgraphs as it comes (``v2``: its ``{"type", "ns", "data"}`` part whole, as the chunk),
+    an event as ``(its namespace, EVENT, event)`` (a subgraph's node's namespace is nested:
+    ``sub:<id>|tools:<id>``)."""
+    if v2:
+        return tuple(raw.get("ns") or ()), str(raw["type"]), raw
     if not events:
         if len(raw) == 2:  # a graph with no subgraphs streams (mode, chunk)
             return (), *raw
@@ -127,6 +130,7 @@ async def until_stopped(
     events: bool,
     *,
     nested: bool = False,
+    v2: bool = False,
 ) -> AsyncIterator[tuple[str, Any]]:
     """The parent graph's ``(mode, chunk)`` items (a subgraph's are read, and passed on as
     ``(NESTED, (namespace, mode, chunk))`` only if ``nested``), until
@@ -142,7 +146,7 @@ async def until_stopped(
             await asyncio.gather(step, return_exceptions=True)
             return
         try:
-            ns, mode, chunk = item(step.result(), events)
+            ns, mode, chunk = item(step.result(), events, v2)
         except StopAsyncIteration:
             return
         except GraphDrained:
@@ -153,5 +157,6 @@ async def until_stopped(
             yield mode, chunk
         elif nested:
             yield NESTED, (ns, mode, chunk)
-        if seen.take(ns, mode, chunk) and stopped.is_set() and not seen.unanswered:
+        data = chunk.get("data") if v2 else chunk  # a v2 part's chunk is its data
+        if seen.take(ns, mode, data) and stopped.is_set() and not seen.unanswered:
             return  # the tools step the stop reached is written: end before the model
