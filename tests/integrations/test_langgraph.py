@@ -737,3 +737,50 @@ async def test_a_thread_a_native_cancel_left_is_answered_before_a_wrapped_run_go
     said = {m.tool_call_id: m.content for m in final["messages"] if isinstance(m, ToolMessage)}
     assert said == {"r1": LEFT, "p1": LEFT, "w1": LEFT}
     assert isinstance(final["messages"][-1], AIMessage)  # the model, told, answered
+
+
+async def test_an_apps_own_tool_node_wrapped_keeps_its_settings_and_its_hook_inside_the_call(
+    rt: Runtime, sink: MemorySink, checkpointer: Any
+) -> None:
+    """``wrap_tool_node``: the application's ``ToolNode`` (its name, error handling, its own
+    ``awrap_tool_call``) stops the ADR's way; its hook runs inside each turnwatch call."""
+    from turnwatch.integrations.langgraph_nodes import wrap_tool_node
+
+    t = Tools()
+    hooked: list[str] = []
+
+    async def audit(request: Any, execute: Any) -> Any:
+        hooked.append(request.tool_call["id"])
+        return await execute(request)
+
+    theirs = ToolNode(t.all, name="tools", handle_tool_errors=False, awrap_tool_call=audit)
+    node = wrap_tool_node(theirs, rt)
+    assert node.tools_by_name.keys() == theirs.tools_by_name.keys()
+    assert node._handle_tool_errors is False  # noqa: SLF001 - the setting kept
+    app = StoppableGraph(t.graph(node, checkpointer), rt)
+    cfg = {"configurable": {"thread_id": "wn"}}
+    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="wn"))
+    await until(lambda: len(marked_alive("wn")) >= 3 and t.started, what="the tools")
+    assert await rt.abort("wn") is Receipt.ACCEPTED
+    assert marked_alive("wn") == []  # the process call ended within its grace window
+    assert t.written == ["a"]  # the write awaited
+    final = await asyncio.wait_for(run, 10)
+    assert unanswered(final["messages"]) == set()
+    assert sorted(hooked) == ["p1", "r1", "w1"]  # their hook ran, inside each call
+    assert t.model_calls == 1
+    started = {e.call for e in sink if e.kind == names.TOOL_STARTED}
+    assert started == {"r1", "p1", "w1"}
+    assert check_invariants(list(sink)) == []
+
+
+def test_wrap_tool_node_checks_the_classes_when_built(rt: Runtime) -> None:
+    from turnwatch.integrations.langgraph_nodes import wrap_tool_node
+
+    @tool
+    async def odd() -> str:
+        """a tool of no known class"""
+        return ""
+
+    odd.metadata = {"turnwatch_class": "teleport"}
+    with pytest.raises(ToolClassError, match="teleport"):
+        wrap_tool_node(ToolNode([odd]), rt)
