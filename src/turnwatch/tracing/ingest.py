@@ -83,8 +83,8 @@ _IDS = ("session", "turn", "call", "tool")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
 #: attrs keys the schema constrains and _fits does not check: such a line goes the long way.
-_ATTRS_LONG = frozenset({"holes", "lingering"})
-_ATTRS_STR = ("outcome", "mode", "control")
+_ATTRS_LONG = frozenset({names.K_HOLES, names.K_LINGERING})
+_ATTRS_STR = (names.K_OUTCOME, names.K_MODE, names.K_CONTROL)
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,8 @@ class _Shape:
         return cls(
             frozenset(props),
             frozenset(props["kind"]["enum"]),
-            frozenset(attrs["class"]["enum"]),
-            frozenset(attrs["containment"]["enum"]),
+            frozenset(attrs[names.K_CLASS]["enum"]),
+            frozenset(attrs[names.K_CONTAINMENT]["enum"]),
         )
 
 
@@ -136,15 +136,17 @@ def _fits(obj: Any, shape: _Shape) -> bool:
 def _attrs_fit(a: Any, shape: _Shape) -> bool:
     if type(a) is not dict or not _ATTRS_LONG.isdisjoint(a):
         return False
-    if "pid" in a and (type(a["pid"]) is not int or a["pid"] < 1):
+    pid = a.get(names.K_PID, 1)
+    if type(pid) is not int or pid < 1:
         return False
-    ct = a.get("create_time", 0)
+    ct = a.get(names.K_CREATE_TIME, 0)
     if (type(ct) is not float and type(ct) is not int) or ct < 0:
         return False
-    for key, allowed in (("class", shape.classes), ("containment", shape.containments)):
+    for key, allowed in ((names.K_CLASS, shape.classes), (names.K_CONTAINMENT, shape.containments)):
         if key in a and (type(a[key]) is not str or a[key] not in allowed):
             return False
-    if "cgroup" in a and (type(a["cgroup"]) is not str or not a["cgroup"]):
+    cgroup = a.get(names.K_CGROUP, "-")
+    if type(cgroup) is not str or not cgroup:
         return False
     return all(key not in a or type(a[key]) is str for key in _ATTRS_STR)
 
