@@ -7,17 +7,13 @@ Through the real console script (a subprocess), as people run it.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.conftest import Procs, turnwatch
+from tests.cli.watch_service import WatchService
+from tests.conftest import Procs, turnwatch, wait_until
 from tests.watchdog.helpers import Recorder, aborted_tree
 from turnwatch import names
 from turnwatch.exporters.metrics import StopMetrics
@@ -114,64 +110,23 @@ def test_the_log_says_what_changed() -> None:
     ]
 
 
-SCANS = names.M_SCAN + "_count "
-
-
 def test_the_watch_service_starts_before_any_ledger_exists(tmp_path: Path) -> None:
-    """A unit started at boot, before any runtime wrote a ledger, keeps running."""
-    import signal
-
-    from tests.conftest import wait_until
-
+    """A unit started at boot, before any runtime wrote a ledger, keeps running (seen: exit 2,
+    "unreadable ledger (disk I/O error)", when its own first look removed the -wal its writer
+    had just made: tests/tracing/test_ledger_creation.py)."""
     ledger = tmp_path / "state" / "turnwatch" / "ledger.sqlite3"
-    exe = shutil.which("turnwatch", path=os.path.dirname(sys.executable))
-    assert exe is not None
-    proc = subprocess.Popen(
-        [
-            exe,
-            "watch",
-            "--interval",
-            "0.2",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--ledger",
-            str(ledger),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    watch = WatchService(ledger)
     try:
-        assert proc.stderr is not None
-        first = proc.stderr.readline()  # "metrics on http://127.0.0.1:PORT/metrics"
-        url = first.split()[-1]
-        assert url.startswith("http://127.0.0.1:"), first
-
-        last: list[object] = []
-
-        def scans() -> float:
-            try:
-                with urllib.request.urlopen(url, timeout=10) as resp:
-                    text = resp.read().decode()
-            except OSError as exc:
-                # A scrape a loaded machine's kernel reset (seen once: ECONNRESET on connect,
-                # two CPU burners beside the suite): a monitor scrapes again, and so does this.
-                last[:] = [exc]
-                return -1.0
-            line = next(ln for ln in text.splitlines() if ln.startswith(SCANS))
-            last[:] = [line]
-            return float(line.split()[-1])
-
         # A hang detector, not a speed test: loaded beyond its two cores (a CI run, two
         # burners and a second suite beside it) three scans took more than 30 s once.
         what = "three scans of the empty ledger"
-        wait_until(lambda: scans() >= 3 or proc.poll() is not None, timeout=90, what=what)
-        assert proc.poll() is None, f"watch exited {proc.returncode}, last scrape: {last}"
-        assert scans() >= 3, f"last scrape: {last}"
+        wait_until(
+            lambda: watch.scans() >= 3 or watch.proc.poll() is not None, timeout=90, what=what
+        )
+        watch.alive()
+        assert watch.scans() >= 3, f"last scrape: {watch.last}"
         assert ledger.exists()
-        assert proc.poll() is None
+        watch.alive()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+        code, err = watch.stop()
+    assert code == 0, err

@@ -181,6 +181,19 @@ def read_conn(path: Path | None) -> Any:
         raise fail(str(exc)) from None
 
 
+def usable(path: Path) -> None:
+    """Exit 2 now if a service cannot use the ledger at ``path``; one a writer is still creating
+    (no tables yet) will do: the service reads it as empty until the schema is committed."""
+    from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect
+
+    try:
+        connect(path, readonly=True).close()
+    except LedgerNotReady:
+        return
+    except LedgerError as exc:
+        raise fail(str(exc)) from None
+
+
 def unknown_session(conn: Any, ident: str) -> typer.Exit:
     """Exit 2 naming the sessions that exist, the closest first."""
     from turnwatch.runtime.session import closest

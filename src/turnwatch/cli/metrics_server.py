@@ -21,11 +21,14 @@ from turnwatch.tracing.spans import SpanBuilder
 from turnwatch.watchdog.gauges import live_state
 
 
-def build(path: Path, registry: CollectorRegistry) -> tuple[LedgerFollower, StopMetrics]:
-    """Metrics on ``registry`` fed from the ledger at ``path``, gauges computed at scrape."""
+def build(
+    path: Path, registry: CollectorRegistry, say: Callable[[str], None] | None = None
+) -> tuple[LedgerFollower, StopMetrics]:
+    """Metrics on ``registry`` fed from the ledger at ``path``, gauges computed at scrape; with
+    ``say``, a read that fails is said once per outage and tried again (a service's loop)."""
     metrics = StopMetrics(registry)
     registry.register(LiveCollector(lambda: live_state(path)))
-    return LedgerFollower(path, metrics.observe), metrics
+    return LedgerFollower(path, metrics.observe, say), metrics
 
 
 def serve_ledger_metrics(
@@ -43,7 +46,7 @@ def serve_ledger_metrics(
     too, whose ledger this returns, closed (what it lost, the program says); with ``page``, the
     live page (its Stop through each session's control endpoint)."""
     registry = CollectorRegistry()
-    follower, _metrics = build(path, registry)
+    follower, _metrics = build(path, registry, say)
     replayed = follower.poll()
     routes, close = _events_route(path, events) if events is not None else ({}, None)
     if page:

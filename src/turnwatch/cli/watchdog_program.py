@@ -199,7 +199,7 @@ def loop(
     from turnwatch.exporters import http
 
     registry = CollectorRegistry()
-    follower, metrics = build(path, registry)
+    follower, metrics = build(path, registry, say)
     server = None
     if metrics_addr:  # first: a bad or busy address fails before anything is opened for writing
         follower.poll()

@@ -55,6 +55,12 @@ class LedgerError(TurnwatchError):
     """A ledger that cannot be used; the message names the file and the cause."""
 
 
+class LedgerNotReady(LedgerError):
+    """A file with no tables yet: a writer is creating it (or it is empty). A reader that
+    watches the path sees no events yet, as if no file were there; one that must read it now
+    says so and exits."""
+
+
 def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
     """A value the ledger keeps beside its events (an ingest offset), or None."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -97,7 +103,7 @@ def _check(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> None:
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if not tables:
         if readonly:  # a writer is creating it, or it is an empty file: nothing to read yet
-            raise LedgerError(f"{path}: not a turnwatch ledger yet (no tables)")
+            raise LedgerNotReady(f"{path}: not a turnwatch ledger yet (no tables)")
         return
     if "meta" not in tables:
         raise LedgerError(f"{path}: not a turnwatch ledger (tables: {', '.join(sorted(tables))})")
@@ -242,12 +248,40 @@ def _look(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     try:
         conn.row_factory = sqlite3.Row
         _check(conn, path, readonly=True)
-    except BaseException:
+    except BaseException as exc:
         conn.close()
-        for made in beside:
-            made.unlink(missing_ok=True)
+        # A -wal with anything in it was written by a writer, not made by this look.
+        if _refused(exc) and not any(p.name.endswith("-wal") and _size(p) for p in beside):
+            for made in beside:
+                made.unlink(missing_ok=True)
         raise
     return conn
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+#: SQLite's verdicts on a file that is no database of anyone's (SQLITE_CORRUPT, SQLITE_NOTADB).
+_NOT_A_DATABASE = (11, 26)
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a look failed on what the file is (foreign, newer, corrupt), so that what SQLite
+    made beside it was made by the look alone. A file with no tables yet, or a busy or failing
+    read, may be a writer's at work: its ``-wal`` and ``-shm`` appeared while the look opened
+    the file, and removing them would take a committed transaction from under the writer (seen:
+    readers then found no tables for ever, or "disk I/O error")."""
+    if isinstance(exc, LedgerNotReady):
+        return False
+    if isinstance(exc, LedgerError):
+        return True
+    return isinstance(exc, sqlite3.DatabaseError) and (
+        getattr(exc, "sqlite_errorcode", None) in _NOT_A_DATABASE
+    )
 
 
 def _open_readonly(path: Path, busy_timeout_s: float) -> sqlite3.Connection:

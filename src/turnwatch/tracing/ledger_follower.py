@@ -2,27 +2,59 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 from turnwatch.runtime.events import Event
-from turnwatch.tracing.ledger import connect, read_events
+from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect, read_events
 
 
 class LedgerFollower:
-    """Feeds a ledger's events, from the first, to ``observe``; :meth:`poll` for new ones."""
+    """Feeds a ledger's events, from the first, to ``observe``; :meth:`poll` for new ones.
 
-    def __init__(self, path: Path, observe: Callable[[Event], object]) -> None:
+    With ``say`` (a service's loop), a ledger that cannot be read is said once per outage and
+    read again at the next poll, from where it stopped: a program that runs for months outlives
+    a file being replaced or a disk failing for a while. Without, :meth:`poll` raises
+    :class:`LedgerError`.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        observe: Callable[[Event], object],
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.path = path
         self.observe = observe
+        self.say = say
         self.seq = 0
+        self.unread: str | None = None  # why the ledger could not be read, while it cannot
 
     def poll(self) -> int:
-        """Feed every event after the last one seen; returns how many (0 while no ledger exists:
-        a watchdog may start before any runtime wrote one)."""
+        """Feed every event after the last one seen; returns how many (0 while no ledger exists
+        or a writer is still creating it: a watchdog may start before any runtime wrote one)."""
+        try:
+            n = self._poll()
+        except (LedgerError, sqlite3.Error) as exc:
+            if self.say is None:
+                raise
+            if self.unread is None:
+                self.say(f"following the ledger: {_why(exc, self.path)}; reading it again")
+            self.unread = str(exc)
+            return 0
+        if self.unread is not None and self.say is not None:
+            self.say(f"following the ledger: {self.path} readable again")
+        self.unread = None
+        return n
+
+    def _poll(self) -> int:
         if not self.path.exists():
             return 0
-        conn = connect(self.path, readonly=True)
+        try:
+            conn = connect(self.path, readonly=True)
+        except LedgerNotReady:
+            return 0
         try:
             n = 0
             for seq, ev in read_events(conn, after_seq=self.seq):
@@ -32,3 +64,8 @@ class LedgerFollower:
             return n
         finally:
             conn.close()
+
+
+def _why(exc: BaseException, path: Path) -> str:
+    """The one line: a LedgerError names the file already; SQLite's words get it added."""
+    return str(exc) if isinstance(exc, LedgerError) else f"{path}: {exc}"

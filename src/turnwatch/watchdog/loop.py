@@ -20,7 +20,7 @@ from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.model import FindingKind, RecoveryResult
 from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.runtime.runtime import Runtime
-from turnwatch.tracing.ledger import LedgerError, connect
+from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect
 from turnwatch.tracing.prune import Pruned, prune
 from turnwatch.watchdog.inprocess import merged, runtime_findings
 from turnwatch.watchdog.recover import Recoverer, Recovery
@@ -52,6 +52,9 @@ class Cycle:
     findings: list[Finding] = field(default_factory=list)
     actions: list[Recovery] = field(default_factory=list)
     duration_s: float = 0.0
+    #: Why the ledger could not be read in this pass (the findings are then only what the
+    #: runtime itself knows), or None.
+    unread: str | None = None
 
     @property
     def unresolved(self) -> list[Finding]:
@@ -118,6 +121,7 @@ class Watchdog:
         self._backoff: dict[str, tuple[float, float]] = {}
         self.say = say
         self._unread: str | None = None  # why the ledger could not be read, while it cannot
+        self._serving = False  # in run(): a service outlives an outage of its ledger
         self._unread_threads: str | None = None  # the same, of the checkpointer file
         #: With ``retain_s``, the rows of sessions settled longer ago are pruned (tracing.prune)
         #: at the first cycle and every PRUNE_EVERY_S after, never one with an open finding.
@@ -133,29 +137,42 @@ class Watchdog:
 
     def _read(self) -> ScanResult:
         """The ledger's and /proc's part of a scan: blocking, and safe off the loop's thread.
-        Beside a runtime, a ledger that cannot be read is no scan's end: what the runtime knows
-        of its own sessions is still found (said once per outage)."""
-        if self.threads is not None and not self.ledger.exists():
-            # A look at LangGraph threads where no turnwatch runtime has written a ledger yet.
-            found = ScanResult(table=ProcessTable.scan())
-            found.findings = self._threads(None, found)
-            return found
+        Beside a runtime, or in :meth:`run`, a ledger that cannot be read is no scan's end: it
+        is said once per outage and read again at the next cycle, and what the runtime knows of
+        its own sessions is still found. A file a writer is still creating is read as empty."""
         try:
-            conn = self._conn()
+            if self.threads is not None and not self.ledger.exists():
+                return self._no_ledger()
+            try:
+                conn = self._conn()
+            except LedgerNotReady:
+                if self.runtime is None and not self._serving:
+                    raise
+                return self._no_ledger()
             try:
                 found = scan(conn, cfg=self.cfg)
                 found.findings += self._threads(conn, found)
             finally:
                 conn.close()
-            self._unread = None
-            return found
         except (LedgerError, sqlite3.Error) as exc:
-            if self.runtime is None:
+            if self.runtime is None and not self._serving:
                 raise
+            why = str(exc) if isinstance(exc, LedgerError) else f"{self.ledger}: {exc}"
             if self._unread is None:
-                self.say(f"watchdog: cannot read the ledger ({exc}); watching the runtime")
-            self._unread = str(exc)
-            return ScanResult()
+                also = "watching the runtime" if self.runtime else "reading it again each scan"
+                self.say(f"watchdog: cannot read the ledger ({why}); {also}")
+            self._unread = why
+            return ScanResult(unread=why)
+        if self._unread is not None:
+            self.say(f"watchdog: the ledger is readable again ({self.ledger})")
+        self._unread = None
+        return found
+
+    def _no_ledger(self) -> ScanResult:
+        """No ledger yet (none there, or a writer creating it): only the LangGraph threads."""
+        found = ScanResult(table=ProcessTable.scan() if self.threads is not None else None)
+        found.findings = self._threads(None, found)
+        return found
 
     def _threads(self, conn: sqlite3.Connection | None, found: ScanResult) -> list[Finding]:
         """The checkpointer file's dangling threads; one that cannot be read is said once per
@@ -210,7 +227,7 @@ class Watchdog:
         # Off the loop: a runtime that runs its watchdog beside it (the demo) keeps answering
         # stops while the ledger and /proc are read (tens to hundreds of ms on a busy host).
         result = self._completed(await asyncio.to_thread(self._read))
-        out = Cycle(result.findings)
+        out = Cycle(result.findings, unread=result.unread)
         current: set[tuple[object, ...]] = {f.key for f in result.findings}
         for f in result.findings:
             if f.key not in self._reported:
@@ -229,10 +246,14 @@ class Watchdog:
                     )
                 )
         # Only what is still found: memory stays bounded, and a finding that clears and comes
-        # back is reported again (and tried again at once).
-        self._reported = current
-        standing = {f.session for f in result.findings}
-        self._backoff = {s: v for s, v in self._backoff.items() if s in standing}
+        # back is reported again (and tried again at once). A scan that could not read the
+        # ledger cleared nothing: what was reported stays reported.
+        if result.unread is None:
+            self._reported = current
+            standing = {f.session for f in result.findings}
+            self._backoff = {s: v for s, v in self._backoff.items() if s in standing}
+        else:
+            self._reported |= current
         if self.recover:
             out.actions = await self.act(result.findings)
         if self._prune_due():
@@ -323,15 +344,19 @@ class Watchdog:
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         next_at = loop.time()
-        while not stop.is_set():
-            cycle = await self.cycle()
-            if after_cycle is not None:
-                after_cycle(cycle)
-            next_at = max(next_at + interval_s, loop.time())
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=next_at - loop.time())
-            except TimeoutError:
-                continue
+        self._serving = True
+        try:
+            while not stop.is_set():
+                cycle = await self.cycle()
+                if after_cycle is not None:
+                    after_cycle(cycle)
+                next_at = max(next_at + interval_s, loop.time())
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=next_at - loop.time())
+                except TimeoutError:
+                    continue
+        finally:
+            self._serving = False
 
 
 def _one_per_target(findings: list[Finding]) -> list[Finding]:

@@ -44,7 +44,11 @@ class ChangeLog:
                 out.append("found " + now[f.key])
             elif before != now[f.key]:
                 out.append("now " + now[f.key])
-        out += ["cleared " + line for key, line in self._seen.items() if key not in now]
+        gone = {key: line for key, line in self._seen.items() if key not in now}
+        if cycle.unread is None:
+            out += ["cleared " + line for line in gone.values()]
+        else:  # a scan that could not read the ledger cleared nothing it did not see
+            now.update(gone)
         self._seen = now
         t = self.clock()
         if self._summary_at is None:

@@ -130,6 +130,8 @@ class ScanResult:
     findings: list[Finding] = field(default_factory=list)
     table: ProcessTable | None = None
     duration_s: float = 0.0
+    #: Why the ledger could not be read (a loop's scan goes on without it), or None.
+    unread: str | None = None
 
 
 def _about(

@@ -19,10 +19,10 @@ from turnwatch.cli.common import (
     fail,
     ledger_errors,
     ledger_path,
-    read_conn,
     said_lost,
     seconds,
     size,
+    usable,
 )
 
 
@@ -64,7 +64,7 @@ def run_server(
     seconds("--poll", poll)
     size("--max-body", max_body)
     path = ledger_path(ledger)
-    read_conn(path).close()  # exit 2 now if the ledger is unusable
+    usable(path)  # exit 2 now if the ledger is unusable
     opts = None
     if not events and (token_file is not None or cors_origin):
         given = (

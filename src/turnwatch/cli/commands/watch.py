@@ -27,6 +27,7 @@ from turnwatch.cli.common import (
     ledger_path,
     read_conn,
     seconds,
+    usable,
 )
 from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
 
@@ -115,10 +116,13 @@ def watch(
     recover = (not once) if recover is None else recover
     path = ledger_path(ledger)
     threads = langgraph_threads.threads(langgraph_checkpoints, langgraph_graph, langgraph_quiet)
-    if (once and not agents and threads is None) or path.exists():
-        read_conn(path).close()  # exit 2 now if the ledger is unusable
-    # The loop may start before any runtime has written a ledger (a service at boot): it makes
-    # an empty one and watches it, rather than exiting and staying down.
+    # Exit 2 now if the ledger is unusable. The loop may start before any runtime has written
+    # a ledger (a service at boot), or while one is creating it: it makes an empty one, or
+    # waits for the schema, and watches it, rather than exiting and staying down.
+    if once and not agents and threads is None:
+        read_conn(path).close()
+    elif path.exists():
+        usable(path)
     say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False))
     follow = None
     if agents:
