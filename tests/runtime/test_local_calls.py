@@ -281,13 +281,39 @@ async def test_a_stop_that_meets_an_answer_just_given_takes_it_as_the_result(
 
     caller = asyncio.ensure_future(turn.run_call("Write", write, tool_class="mutating"))
     await sink.wait_for(names.TOOL_STARTED)
-    gate.set()  # the write returns in the next step, the stop arrives just after, in the same
-    receipt = await asyncio.ensure_future(rt.abort("s"))
+    stopping = asyncio.ensure_future(rt.abort("s"))  # reaches the call in the next step,
+    gate.set()  # and the write returns in the same step, just after: before the handler runs
+    receipt = await stopping
     assert receipt.value == "accepted"
     assert (await caller).outcome is Outcome.COMPLETED_AFTER_STOP
     (call,) = turn.calls.values()
     assert call.handler is not None  # the stop did meet the call running
     await call.handler  # and its handler found it resolved, without failing
+    assert check_invariants(sink.events) == []
+
+
+async def test_an_answer_given_before_the_stop_ran_is_not_after_the_stop(
+    sink: MemorySink,
+) -> None:
+    """The write returns, then the stop is asked for: the call completed before it, and the
+    ledger says so. (Resolved by the execution's done callback, one loop step later, the call
+    was once recorded ``completed_after_stop``, as if the stop had reached it running.)"""
+    rt = Runtime(LocalHost(subreaper=False), sink=sink)
+    turn = rt.start_turn("s")
+    gate = asyncio.Event()
+
+    async def write() -> HostResult:
+        await gate.wait()
+        return OK
+
+    caller = asyncio.ensure_future(turn.run_call("Write", write, tool_class="mutating"))
+    await sink.wait_for(names.TOOL_STARTED)
+    gate.set()  # the write returns in the next step; the stop is asked for after it
+    stopping = asyncio.ensure_future(rt.abort("s"))
+    assert (await caller).outcome is Outcome.COMPLETED
+    await stopping
+    (call,) = turn.calls.values()
+    assert call.handler is None  # nothing was left running for the stop to handle
     assert check_invariants(sink.events) == []
 
 

@@ -87,6 +87,8 @@ class Call:
 
     # Slots: a call is made on every tool call, and a session keeps its calls for receipts.
     __slots__ = (
+        "_answered_in_task",
+        "_waiters",
         "abandoned",
         "abort_sent",
         "args",
@@ -153,6 +155,12 @@ class Call:
         # The host's execution, once the call started.
         # (None as its result: a stop came before it started, and it never did.)
         self.exec_task: asyncio.Task[HostResult | None] | None = None
+        # The execution resolved the call itself, as its last step (its done callback then
+        # has nothing to do): the caller wakes a loop iteration sooner.
+        self._answered_in_task = False
+        # Futures of callers waiting for the result (CallHandle.result), set by finish() itself:
+        # a done callback on the result would cost each waiter another loop iteration.
+        self._waiters: list[asyncio.Future[None]] | None = None
         # True once the runtime stopped waiting: later progress and results are not shown.
         self.abandoned = False
         # Output seen so far (tail, capped): what a grace call returns if the host cannot answer.
@@ -364,6 +372,11 @@ class Call:
         self.result.set_result(
             ToolResult(self.call_id, self.tool, outcome, text, error_code, data, error)
         )
+        if self._waiters is not None:
+            for waiter in self._waiters:
+                if not waiter.done():  # cancelled: that caller stopped waiting
+                    waiter.set_result(None)
+            self._waiters = None
         if self.env.sink is not None and outcome is not Outcome.REFUSED:
             kind = (
                 names.TOOL_RESULT_DISCARDED if outcome is Outcome.DISCARDED else names.TOOL_FINISHED
@@ -374,12 +387,28 @@ class Call:
         self.turn.call_done(self)
         return True
 
+    def wait_result(self, waiter: asyncio.Future[None]) -> None:
+        """Set ``waiter`` when the call is resolved (a caller's cancel cancels the waiter, never
+        the call's result)."""
+        if self._waiters is None:
+            self._waiters = [waiter]
+        else:  # a caller that gave up and came back: what it left is dropped
+            self._waiters = [w for w in self._waiters if not w.done()]
+            self._waiters.append(waiter)
+
+    def answered_in_task(self, res: HostResult) -> None:
+        """The execution's last step: resolve the call from its answer now, in its task."""
+        self._answered_in_task = True
+        self._answered(res)
+
     def host_answered(self, task: asyncio.Task[HostResult | None]) -> None:
         """The call's execution ended (a done callback): resolve the call from the host's answer
         (an execution that never started has none: the stop resolved the call)."""
         # Over: a finished task holds its context (a framework's run context) and its result,
         # and a session keeps its calls for their life.
         self.exec_task = None
+        if self._answered_in_task:
+            return
         if task.cancelled():
             self.finish(Outcome.FAILED, error="the host's execution was cancelled")
         elif (exc := task.exception()) is not None:

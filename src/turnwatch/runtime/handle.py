@@ -75,13 +75,9 @@ class CallHandle:
         res = self._call.result
         if not res.done():
             # As asyncio.shield: the caller's cancel ends its wait, never the call's result;
-            # a bare waiter costs less than shield's outer future and its two callbacks.
+            # a bare waiter, set by the call as it resolves, costs less than shield's outer
+            # future and its two callbacks, and a loop iteration less than a done callback.
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-            def wake(_res: object) -> None:
-                if not waiter.done():  # cancelled: the caller stopped waiting
-                    waiter.set_result(None)
-
-            res.add_done_callback(wake)
+            self._call.wait_result(waiter)
             await waiter
         return res.result()

@@ -296,17 +296,20 @@ class Turn:
         # No await between begin() and the execution's first step: the start is atomic.
         if run is not None:  # its requester's own execution, not the host's
             call.on_message(STARTED)
-            return await run()
-        req = ExecuteRequest(
-            self.session.id,
-            self.id,
-            call.call_id,
-            call.tool,
-            call.tool_class,
-            call.args,
-            self.traceparent,
-        )
-        return await self.session.env.call.host.execute(req, call.on_message)
+            res = await run()
+        else:
+            req = ExecuteRequest(
+                self.session.id,
+                self.id,
+                call.call_id,
+                call.tool,
+                call.tool_class,
+                call.args,
+                self.traceparent,
+            )
+            res = await self.session.env.call.host.execute(req, call.on_message)
+        call.answered_in_task(res)  # not in the done callback: the caller wakes sooner
+        return res
 
     def _asks(self, call: Call) -> bool:
         ask = self._ask.pop(call.call_id, None)
