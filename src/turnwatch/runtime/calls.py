@@ -390,7 +390,9 @@ class Call:
     def wait_result(self, waiter: asyncio.Future[None]) -> None:
         """Set ``waiter`` when the call is resolved (a caller's cancel cancels the waiter, never
         the call's result)."""
-        if self._waiters is None:
+        if self.result.done():
+            waiter.set_result(None)
+        elif self._waiters is None:
             self._waiters = [waiter]
         else:  # a caller that gave up and came back: what it left is dropped
             self._waiters = [w for w in self._waiters if not w.done()]
