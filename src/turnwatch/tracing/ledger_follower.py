@@ -8,6 +8,7 @@ from pathlib import Path
 
 from turnwatch.runtime.events import Event
 from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect, read_events
+from turnwatch.tracing.ledger_file import file_id
 
 
 class LedgerFollower:
@@ -30,6 +31,7 @@ class LedgerFollower:
         self.say = say
         self.seq = 0
         self.unread: str | None = None  # why the ledger could not be read, while it cannot
+        self._file: tuple[int, int] | None = None  # the file ``seq`` is a place in
 
     def poll(self) -> int:
         """Feed every event after the last one seen; returns how many (0 while no ledger exists
@@ -56,6 +58,7 @@ class LedgerFollower:
         except LedgerNotReady:
             return 0
         try:
+            self._same_file(conn)
             n = 0
             for seq, ev in read_events(conn, after_seq=self.seq):
                 self.observe(ev)
@@ -64,6 +67,18 @@ class LedgerFollower:
             return n
         finally:
             conn.close()
+
+    def _same_file(self, conn: sqlite3.Connection) -> None:
+        """A new file at the path (a rotation: the writer writes at its path again) is followed
+        from its first event: a place in the old file means nothing in it. Another inode, or
+        fewer events than the place (an inode used again), tells."""
+        now = file_id(self.path)
+        (last,) = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
+        if self.seq and (now != self._file or last < self.seq):
+            if self.say is not None:
+                self.say(f"following the ledger: {self.path} is a new file; from its first event")
+            self.seq = 0
+        self._file = now
 
 
 def _why(exc: BaseException, path: Path) -> str:
