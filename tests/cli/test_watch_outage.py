@@ -9,17 +9,12 @@ from pathlib import Path
 
 from tests.cli.watch_service import WatchService
 from tests.conftest import wait_until
-from tests.watchdog.helpers import Recorder
+from tests.watchdog.helpers import pinned_ledger
 
 
 def test_the_watch_service_outlives_an_unreadable_ledger(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.sqlite3"
-    rec = Recorder(ledger)
-    rec.runtime()
-    rec("turn.started", turn="s.t1", ago=100)
-    rec("stop.clicked", turn="s.t1", ago=90)
-    rec("abort.rpc.received", turn="s.t1", ago=90)
-    rec.close()
+    pinned_ledger(ledger)
     watch = WatchService(ledger, "--no-recover")
     try:
 

@@ -17,7 +17,16 @@ import pytest
 
 from tests.conftest import until
 from turnwatch import names
-from turnwatch.runtime import HostResult, HostStatus, LocalHost, MemorySink, Outcome, Runtime
+from turnwatch.runtime import (
+    HostResult,
+    HostStatus,
+    LocalHost,
+    MemorySink,
+    Outcome,
+    Runtime,
+    ToolResult,
+    Turn,
+)
 from turnwatch.testing import check_invariants
 
 OK = HostResult(HostStatus.OK, "done")
@@ -265,12 +274,10 @@ async def test_a_settled_call_keeps_nothing_of_its_requesters_execution(how: str
     assert gone() is None  # ...its execution is not
 
 
-@pytest.mark.parametrize("mode", ["adr", "grace_only"])  # the await handler; the grace one
-async def test_a_stop_that_meets_an_answer_just_given_takes_it_as_the_result(
+async def _a_write_held_open(
     sink: MemorySink, mode: str
-) -> None:
-    """The execution ends in the very step the stop arrives: its answer is handed over before
-    the stop's handler first runs, and the handler finds the call resolved."""
+) -> tuple[Runtime, Turn, asyncio.Event, asyncio.Future[ToolResult]]:
+    """A mutating call of its requester's own, started, that returns once ``gate`` is set."""
     rt = Runtime(LocalHost(subreaper=False), sink=sink, mode=mode)
     turn = rt.start_turn("s")
     gate = asyncio.Event()
@@ -281,6 +288,16 @@ async def test_a_stop_that_meets_an_answer_just_given_takes_it_as_the_result(
 
     caller = asyncio.ensure_future(turn.run_call("Write", write, tool_class="mutating"))
     await sink.wait_for(names.TOOL_STARTED)
+    return rt, turn, gate, caller
+
+
+@pytest.mark.parametrize("mode", ["adr", "grace_only"])  # the await handler; the grace one
+async def test_a_stop_that_meets_an_answer_just_given_takes_it_as_the_result(
+    sink: MemorySink, mode: str
+) -> None:
+    """The execution ends in the very step the stop arrives: its answer is handed over before
+    the stop's handler first runs, and the handler finds the call resolved."""
+    rt, turn, gate, caller = await _a_write_held_open(sink, mode)
     stopping = asyncio.ensure_future(rt.abort("s"))  # reaches the call in the next step,
     gate.set()  # and the write returns in the same step, just after: before the handler runs
     receipt = await stopping
@@ -298,16 +315,7 @@ async def test_an_answer_given_before_the_stop_ran_is_not_after_the_stop(
     """The write returns, then the stop is asked for: the call completed before it, and the
     ledger says so. (Resolved by the execution's done callback, one loop step later, the call
     was once recorded ``completed_after_stop``, as if the stop had reached it running.)"""
-    rt = Runtime(LocalHost(subreaper=False), sink=sink)
-    turn = rt.start_turn("s")
-    gate = asyncio.Event()
-
-    async def write() -> HostResult:
-        await gate.wait()
-        return OK
-
-    caller = asyncio.ensure_future(turn.run_call("Write", write, tool_class="mutating"))
-    await sink.wait_for(names.TOOL_STARTED)
+    rt, turn, gate, caller = await _a_write_held_open(sink, "adr")
     gate.set()  # the write returns in the next step; the stop is asked for after it
     stopping = asyncio.ensure_future(rt.abort("s"))
     assert (await caller).outcome is Outcome.COMPLETED

@@ -106,6 +106,17 @@ class Recorder:
             self("processing.cleared", session, aborted_ago - 1, turn=t)
 
 
+def pinned_ledger(path: Path) -> None:
+    """A ledger where session ``s`` is pinned: stopped 90 s ago, its abort RPC never answered
+    (a ``pinned_session`` and an ``abort_rpc_stuck`` finding)."""
+    rec = Recorder(path)
+    rec.runtime()
+    rec("turn.started", turn="s.t1", ago=100)
+    rec("stop.clicked", turn="s.t1", ago=90)
+    rec("abort.rpc.received", turn="s.t1", ago=90)
+    rec.close()
+
+
 def spawn_tree(
     procs: Procs, log: Path | None = None, marker: str = "s/s.c1"
 ) -> list[psutil.Process]:

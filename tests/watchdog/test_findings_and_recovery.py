@@ -15,7 +15,7 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
 from tests.conftest import Procs, wait_until
-from tests.watchdog.helpers import Recorder, aborted_tree, spawn_tree
+from tests.watchdog.helpers import Recorder, aborted_tree, pinned_ledger, spawn_tree
 from turnwatch import names
 from turnwatch.exporters.metrics import StopMetrics
 from turnwatch.runtime.model import RecoveryResult
@@ -268,12 +268,7 @@ async def test_runtime_gone_leaves_an_orphan_that_is_reaped(tmp_path: Path, proc
 
 async def test_a_finding_is_reported_once_while_it_lasts(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
-    rec = Recorder(path)
-    rec.runtime()
-    rec("turn.started", turn="s.t1", ago=100)
-    rec("stop.clicked", turn="s.t1", ago=90)
-    rec("abort.rpc.received", turn="s.t1", ago=90)
-    rec.close()
+    pinned_ledger(path)
     dog, ledger = watchdog(path, recover=False)
     for _ in range(3):
         await dog.cycle()

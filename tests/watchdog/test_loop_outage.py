@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import until
-from tests.watchdog.helpers import Recorder
+from tests.watchdog.helpers import pinned_ledger
 from turnwatch import names
 from turnwatch.runtime.events import MemorySink
 from turnwatch.tracing.ledger import LedgerError
@@ -19,15 +19,6 @@ from turnwatch.watchdog.loop import Cycle, Watchdog
 from turnwatch.watchdog.scan import Config
 
 CFG = Config(grace_s=0.5, slack_s=0.5, rpc_stuck_s=0.5)
-
-
-def pinned_ledger(path: Path) -> None:
-    rec = Recorder(path)
-    rec.runtime()
-    rec("turn.started", turn="s.t1", ago=100)
-    rec("stop.clicked", turn="s.t1", ago=90)
-    rec("abort.rpc.received", turn="s.t1", ago=90)
-    rec.close()
 
 
 async def test_the_loop_says_an_unreadable_ledger_once_and_goes_on_when_it_is_back(
