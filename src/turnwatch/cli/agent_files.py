@@ -5,6 +5,8 @@ write them, with the CLIs' processes attributed to their sessions (``turnwatch w
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from turnwatch.integrations.agentlogs import (
     session_files,
 )
 from turnwatch.integrations.agentlogs.follow import Follower
-from turnwatch.tracing.ledger import Ledger, connect, get_meta
+from turnwatch.tracing.ledger import Ledger, LedgerError, LedgerNotReady, connect, get_meta
 from turnwatch.watchdog.agentprocs import Attributor
 
 #: ``--format`` values: the foreign-runtime event lines, or one of the CLIs.
@@ -94,7 +96,8 @@ class AgentWatch:
         say: Callable[[str], None],
     ) -> None:
         self.ledger = ledger
-        self.conn = connect(ledger.path, readonly=True)
+        self.say = say
+        self._unread: str | None = None  # why the ledger could not be read, while it cannot
         self.follower = Follower(
             where,
             lambda ev: ledger.append(ev, dedup=True, wait=True),  # files wait, lose nothing
@@ -106,16 +109,41 @@ class AgentWatch:
         )
         self.attributor = Attributor(ledger.append, say=say)
 
+    def _open(self) -> sqlite3.Connection | None:
+        """A read connection to the file now at the ledger's path, for one use. One held from
+        poll to poll would read a rotated-away file for ever, and, sharing the name of the new
+        file's WAL, pages of both (seen: sessions written after a rotation never looked at)."""
+        try:
+            conn = connect(self.ledger.path, readonly=True)
+        except LedgerNotReady:
+            return None  # the writer is creating it: nothing recorded to read yet
+        except LedgerError as exc:
+            if self._unread is None:
+                self.say(f"{exc}; the agent CLIs' processes are looked at when it can be read")
+            self._unread = str(exc)
+            return None
+        if self._unread is not None:
+            self.say(f"{self.ledger.path}: readable again")
+            self._unread = None
+        return conn
+
     def _load(self, key: str) -> str | None:
-        return get_meta(self.conn, key)
+        conn = self._open()
+        if conn is None:
+            return None  # read from the start: the writer's dedup keeps each event once
+        with contextlib.closing(conn):
+            return get_meta(conn, key)
 
     def poll(self, *, final: bool = False) -> None:
         """Read what the files gained; then, with it recorded, look at the processes."""
         if self.follower.poll(final=final):
             self.ledger.flush(timeout=10)  # the attributor reads the sessions the files named
-        if self.attributor.step(self.conn):
-            self.ledger.flush(timeout=10)
+        conn = self._open()
+        if conn is None:
+            return
+        with contextlib.closing(conn):
+            if self.attributor.step(conn):
+                self.ledger.flush(timeout=10)
 
     def close(self) -> None:
         self.follower.close()
-        self.conn.close()

@@ -1,0 +1,90 @@
+"""``watch --agents``' reader of the agent CLIs (``cli.agent_files.AgentWatch``) over a ledger
+that is rotated under it: the sessions it looks for processes of are the ones at the ledger's
+path, as the writer's and every other reader's are."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import orjson
+
+from tests.conftest import Procs
+from tests.watchdog.helpers import Recorder
+from tests.watchdog.test_agentprocs import Cli, session
+from turnwatch import names
+from turnwatch.cli.agent_files import AgentWatch
+from turnwatch.tracing.ledger import connect
+
+
+def _attributed(path: Path, sid: str) -> list[int]:
+    """The CLI processes the ledger at ``path`` has attributed to ``sid``."""
+    conn = connect(path, readonly=True)
+    try:
+        rows = conn.execute(
+            "SELECT attrs_json FROM events WHERE session = ? AND kind = ?",
+            (sid, names.RUNTIME_STARTED),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [a[names.K_PID] for (raw,) in rows if names.K_PID in (a := orjson.loads(raw))]
+
+
+def test_a_session_written_after_a_rotation_has_its_cli_found(tmp_path: Path, procs: Procs) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    said: list[str] = []
+    watch = AgentWatch(
+        rec.ledger, {"claude-code": tmp_path / "none"}, keep_args=False, say=said.append
+    )
+    try:
+        rec(names.TURN_STARTED, "before", turn="before.t1")
+        rec.ledger.flush()
+        watch.poll()
+        # logrotate's way: the file moved aside; the writer writes at its path again.
+        path.rename(tmp_path / "ledger.sqlite3.1")
+        project = tmp_path / "project"
+        project.mkdir()
+        cli = Cli(tmp_path, project, procs)
+        session(rec, project, "after", ago=0.0)
+        assert path.exists()  # the writer opened the path again
+        # Its WAL into the new file, as SQLite's autocheckpoint would: a reader still on the old
+        # file shares the WAL's name, so this is what tells which file it reads.
+        with contextlib.closing(sqlite3.connect(path)) as c:
+            c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        watch.poll()
+        rec.ledger.flush()
+        assert _attributed(path, "after") == [cli.proc.pid], said
+    finally:
+        watch.close()
+        rec.close()
+
+
+def test_an_unreadable_ledger_is_said_once_and_read_again_when_it_mends(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    said: list[str] = []
+    watch = AgentWatch(
+        rec.ledger, {"claude-code": tmp_path / "none"}, keep_args=False, say=said.append
+    )
+    try:
+        rec(names.TURN_STARTED, "s", turn="s.t1")
+        rec.ledger.flush()
+        watch.poll()
+        with contextlib.closing(sqlite3.connect(path)) as c:  # no WAL frames to read through
+            c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        kept = tmp_path / "kept"
+        path.rename(kept)
+        path.write_bytes(b"not a ledger, someone's notes" * 100)
+        watch.poll()
+        watch.poll()
+        assert len(said) == 1, said
+        assert str(path) in said[0]
+        assert "looked at when it can be read" in said[0]
+        kept.replace(path)
+        watch.poll()
+        assert said[1:] == [f"{path}: readable again"]
+    finally:
+        watch.close()
+        rec.close()
