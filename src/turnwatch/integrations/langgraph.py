@@ -278,7 +278,7 @@ class StoppableGraph:
         them to see the tools step), or (``events``) its ``astream_events`` as ``(stream_read.EVENT,
         event)``; then ``("stopped", None)`` if a stop ended it."""
         turn, input = await self._turn(input, config, session, kwargs)
-        stopped = asyncio.Event()
+        stopped = stream_read.StopSignal()
         # LangGraph's own cooperative stop: no step begins after the one under way, in the
         # graph and in its subgraphs (a subgraph's model is not asked again after its tools).
         control = kwargs.setdefault("control", RunControl())

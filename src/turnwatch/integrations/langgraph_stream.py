@@ -71,8 +71,44 @@ def note(chunk: Any, asked: set[str], answered: dict[str, ToolMessage]) -> bool:
     return answers
 
 
+class StopSignal:
+    """Set once, by the turn's stop (its ``on_stop``): what the reading of a run's stream races
+    each chunk against. A wait on it is a future the signal or the chunk sets, not a task and
+    an ``asyncio.wait`` of its own: the stream is read a chunk at a time, and ``create_agent``
+    makes a tools step, and so chunks, per call (#31)."""
+
+    __slots__ = ("_set", "_wake")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._wake: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        self._woken()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def race(self, step: asyncio.Future[Any]) -> None:
+        """Until ``step`` is done or the signal is set (``step`` is left as it is)."""
+        if self._set or step.done():
+            return
+        self._wake = wake = step.get_loop().create_future()
+        step.add_done_callback(self._woken)
+        try:
+            await wake
+        finally:
+            step.remove_done_callback(self._woken)
+            self._wake = None
+
+    def _woken(self, _: object = None) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+
 async def first(
-    step: asyncio.Future[Any], stopped: asyncio.Event, turn: Turn, unanswered: Iterable[str]
+    step: asyncio.Future[Any], stopped: StopSignal, turn: Turn, unanswered: Iterable[str]
 ) -> None:
     """Until the graph's next chunk, or the stop while the tools step is not under way (none
     of the turn's calls in flight, and none of the model's calls still ``unanswered`` begun:
@@ -80,17 +116,12 @@ async def first(
     tools step is under way, its answers are waited for: the walk resolves the calls, and the
     step ends with them (its update, or its node's end event, which comes after the last
     call's own events)."""
-    while not step.done():
-        waiter = asyncio.ensure_future(stopped.wait())
-        try:
-            await asyncio.wait((step, waiter), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        if step.done():
-            return
-        if not turn.in_flight and not any(c in turn.calls for c in unanswered):
-            return
-        await asyncio.wait((step,))
+    await stopped.race(step)
+    if step.done():
+        return
+    if not turn.in_flight and not any(c in turn.calls for c in unanswered):
+        return
+    await asyncio.wait((step,))
 
 
 @dataclass
@@ -124,7 +155,7 @@ NESTED = "nested"
 
 async def until_stopped(
     stream: AsyncIterator[Any],
-    stopped: asyncio.Event,
+    stopped: StopSignal,
     turn: Turn,
     seen: Seen,
     events: bool,
