@@ -5,7 +5,7 @@ next chunk or the stop. Requires the ``langgraph`` extra."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,56 +72,26 @@ def note(chunk: Any, asked: set[str], answered: dict[str, ToolMessage]) -> bool:
 
 
 class StopSignal:
-    """Set once, by the turn's stop (its ``on_stop``): what the reading of a run's stream races
-    each chunk against. A wait on it is a future the signal or the chunk sets, not a task and
-    an ``asyncio.wait`` of its own: the stream is read a chunk at a time, and ``create_agent``
-    makes a tools step, and so chunks, per call (#31)."""
+    """Set once, by the turn's stop (its ``on_stop``); what the reading of a run's stream then
+    does is :func:`until_stopped`'s, told by :meth:`then`."""
 
-    __slots__ = ("_set", "_wake")
+    __slots__ = ("_set", "_then")
 
     def __init__(self) -> None:
         self._set = False
-        self._wake: asyncio.Future[None] | None = None
+        self._then: Callable[[], object] | None = None
 
     def set(self) -> None:
         self._set = True
-        self._woken()
+        if self._then is not None:
+            self._then()
 
     def is_set(self) -> bool:
         return self._set
 
-    async def race(self, step: asyncio.Future[Any]) -> None:
-        """Until ``step`` is done or the signal is set (``step`` is left as it is)."""
-        if self._set or step.done():
-            return
-        self._wake = wake = step.get_loop().create_future()
-        step.add_done_callback(self._woken)
-        try:
-            await wake
-        finally:
-            step.remove_done_callback(self._woken)
-            self._wake = None
-
-    def _woken(self, _: object = None) -> None:
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
-
-
-async def first(
-    step: asyncio.Future[Any], stopped: StopSignal, turn: Turn, unanswered: Iterable[str]
-) -> None:
-    """Until the graph's next chunk, or the stop while the tools step is not under way (none
-    of the turn's calls in flight, and none of the model's calls still ``unanswered`` begun:
-    the model's step, or a node before the tools, is what runs, and it is cancelled). Once the
-    tools step is under way, its answers are waited for: the walk resolves the calls, and the
-    step ends with them (its update, or its node's end event, which comes after the last
-    call's own events)."""
-    await stopped.race(step)
-    if step.done():
-        return
-    if not turn.in_flight and not any(c in turn.calls for c in unanswered):
-        return
-    await asyncio.wait((step,))
+    def then(self, fn: Callable[[], object] | None) -> None:
+        """Call ``fn`` when the signal is set (None: call nothing)."""
+        self._then = fn
 
 
 @dataclass
@@ -153,6 +123,22 @@ class Seen:
 NESTED = "nested"
 
 
+def _ended(exc: BaseException, cut: asyncio.Task[Any] | None, stopped: StopSignal) -> bool:
+    """Whether the read that raised ``exc`` ended the run as it should end (True), or the
+    caller must see it (False: re-raise it). ``cut``: the reading task, if the stop cancelled
+    its read: however the graph then ended the step, the stop's cancel is taken back, and only
+    another's cancel is raised."""
+    if cut is not None:
+        if cut.uncancel() == 0:
+            return True
+        if isinstance(exc, asyncio.CancelledError):
+            return False
+        raise asyncio.CancelledError from exc  # cancelled by another too
+    if isinstance(exc, StopAsyncIteration):
+        return True
+    return isinstance(exc, GraphDrained) and stopped.is_set()  # the stop's own drain
+
+
 async def until_stopped(
     stream: AsyncIterator[Any],
     stopped: StopSignal,
@@ -168,26 +154,59 @@ async def until_stopped(
     the run ends, or the stop ends it: at once if nothing of the tools step is under way (the
     model's step, or a node before the tools, is cancelled), else after the parent's tools step
     answered every call (or the run drained: a subgraph's step). A drain the stop did not ask
-    for (the caller's own) is raised."""
-    while True:
-        step = asyncio.ensure_future(stream.__anext__())
-        await first(step, stopped, turn, seen.unanswered)
-        if not step.done():  # stopped with nothing under way: the step running is cancelled
-            step.cancel()
-            await asyncio.gather(step, return_exceptions=True)
-            return
-        try:
-            ns, mode, chunk = item(step.result(), events, v2)
-        except StopAsyncIteration:
-            return
-        except GraphDrained:
-            if stopped.is_set():
-                return  # the stop's own drain
-            raise
-        if not ns:
-            yield mode, chunk
-        elif nested:
-            yield NESTED, (ns, mode, chunk)
-        data = chunk.get("data") if v2 else chunk  # a v2 part's chunk is its data
-        if seen.take(ns, mode, data) and stopped.is_set() and not seen.unanswered:
-            return  # the tools step the stop reached is written: end before the model
+    for (the caller's own) is raised.
+
+    The stream is read in the caller's own task, as LangGraph's own ``ainvoke`` reads it: a
+    stop with nothing under way cancels that task's wait for the next chunk, and takes its
+    cancel back (as ``asyncio.timeout`` does; another's cancel is kept). A task per chunk,
+    racing the stop, cost each chunk a task and two turns of the loop, and ``create_agent``
+    makes chunks per call (#31). A stop that comes while the caller holds a chunk cancels
+    nothing: the next read is not begun.
+    """
+    reading: asyncio.Task[Any] | None = None  # the task waiting for the graph's next chunk
+    cut = False  # the stop cancelled that wait
+
+    def idle() -> bool:
+        """Nothing of the tools step under way: none of the turn's calls in flight, and none
+        of the model's calls still unanswered begun (the model's step, or a node before the
+        tools, runs). Once it is under way, its answers are waited for: the walk resolves the
+        calls, and the step ends with them (its update, or its node's end event, which comes
+        after the last call's own events)."""
+        return not turn.in_flight and not any(c in turn.calls for c in seen.unanswered)
+
+    def cut_if_idle() -> None:
+        nonlocal cut
+        if reading is not None and not cut and idle():
+            cut = True
+            reading.cancel()
+
+    loop = asyncio.get_running_loop()
+    # A turn of the loop after the stop, as a waiter woken by it would look: the walk has
+    # reached the calls by then.
+    stopped.then(lambda: loop.call_soon(cut_if_idle))
+    try:
+        while True:
+            if stopped.is_set() and idle():
+                return  # stopped with nothing under way: no step is begun
+            reading = task = asyncio.current_task()
+            assert task is not None
+            try:
+                raw = await stream.__anext__()
+            except BaseException as exc:
+                if _ended(exc, task if cut else None, stopped):
+                    return
+                raise
+            finally:
+                reading = None
+            if cut and task.uncancel() == 0:
+                return  # the step ended as the stop cut it (its cancel not seen)
+            ns, mode, chunk = item(raw, events, v2)
+            if not ns:
+                yield mode, chunk
+            elif nested:
+                yield NESTED, (ns, mode, chunk)
+            data = chunk.get("data") if v2 else chunk  # a v2 part's chunk is its data
+            if seen.take(ns, mode, data) and stopped.is_set() and not seen.unanswered:
+                return  # the tools step the stop reached is written: end before the model
+    finally:
+        stopped.then(None)
