@@ -76,10 +76,18 @@ def test_one_scan_serves_no_metrics_and_reads_no_agent_logs(
     tmp_path: Path, ledger: Path, argv: list[str]
 ) -> None:
     """Without --agents and outside the loop, neither the metrics server nor the agent CLIs'
-    readers are wanted (~65 ms of imports)."""
+    readers are wanted (~65 ms of imports); a look records nothing, so it builds no spans (the
+    OpenTelemetry SDK, ~30 ms), and it reads /proc itself (psutil, ~15 ms) (#31)."""
     mods = imported(tmp_path, *argv, "--ledger", str(ledger))
     assert "turnwatch.watchdog.scan" in mods  # it did scan
-    unwanted = ("prometheus_client", "turnwatch.integrations.agentlogs", "turnwatch.exporters.http")
+    unwanted = (
+        "prometheus_client",
+        "turnwatch.integrations.agentlogs",
+        "turnwatch.exporters.http",
+        "turnwatch.exporters.otel",
+        "opentelemetry.sdk",
+        "psutil",
+    )
     assert sorted(m for m in mods if m.startswith(unwanted)) == []
 
 

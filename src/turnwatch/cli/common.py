@@ -6,6 +6,7 @@ Light on purpose: ``turnwatch --help`` imports this, and nothing heavy.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -159,12 +160,15 @@ def size(option: str, value: int) -> None:
 @contextmanager
 def exporter_config() -> Iterator[None]:
     """Exit 2 with the one line an exporter the environment asks for cannot be had."""
-    from turnwatch.exporters.otel import ExporterConfigError
-
     try:
         yield
-    except ExporterConfigError as exc:
-        raise fail(str(exc)) from None
+    except Exception as exc:
+        # Only code that imported the exporters can raise their error: a look that builds
+        # no spans (`watch --once`, `recover --dry-run`) does not import the SDK for this.
+        otel = sys.modules.get("turnwatch.exporters.otel")
+        if otel is not None and isinstance(exc, otel.ExporterConfigError):
+            raise fail(str(exc)) from None
+        raise
 
 
 def ledger_path(path: Path | None) -> Path:

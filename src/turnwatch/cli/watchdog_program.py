@@ -10,10 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from turnwatch.cli.common import said_lost
-from turnwatch.exporters.otel import tracer_provider
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.pipeline import Telemetry
-from turnwatch.tracing.spans import SpanBuilder
 from turnwatch.watchdog.loop import Cycle, Watchdog
 from turnwatch.watchdog.report import ChangeLog
 from turnwatch.watchdog.scan import Config
@@ -58,6 +56,10 @@ def make_watchdog(
             threads=threads,
         )
         return look, lambda: None
+    # Imported here: a look (`watch --once`, `recover --dry-run`) builds no spans (~30 ms).
+    from turnwatch.exporters.otel import tracer_provider
+    from turnwatch.tracing.spans import SpanBuilder
+
     provider = tracer_provider()  # first: an exporter that cannot be had opens nothing
     ledger = Ledger(path)
     telemetry = Telemetry(

@@ -22,8 +22,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.ledger_file import LedgerError
 
@@ -185,6 +183,8 @@ def vacuum(conn: sqlite3.Connection, path: Path) -> float:
 
 def holders(path: Path) -> list[str]:
     """The processes that have ``path`` open (``pid name``): who holds a locked ledger."""
+    import psutil  # here: only a locked ledger asks, and the triage commands start without it
+
     want = {str(path), f"{path}-wal", f"{path}-shm"}
     out = []
     me = os.getpid()

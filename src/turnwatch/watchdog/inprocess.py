@@ -7,10 +7,13 @@ finding, the ledger's.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from turnwatch.runtime.model import FindingKind
-from turnwatch.runtime.runtime import Runtime
 from turnwatch.watchdog.scan import Action, Config, Finding
+
+if TYPE_CHECKING:
+    from turnwatch.runtime.runtime import Runtime
 
 __all__ = ["merged", "runtime_findings"]
 

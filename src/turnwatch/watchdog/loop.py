@@ -19,7 +19,6 @@ from turnwatch import names
 from turnwatch.runtime.events import EventSink, now_event
 from turnwatch.runtime.model import FindingKind, RecoveryResult
 from turnwatch.runtime.procfs import ProcessTable
-from turnwatch.runtime.runtime import Runtime
 from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect
 from turnwatch.tracing.prune import Pruned, prune
 from turnwatch.watchdog.inprocess import merged, runtime_findings
@@ -28,6 +27,7 @@ from turnwatch.watchdog.scan import DEFAULT_CONFIG, Action, Config, Finding, Sca
 from turnwatch.watchdog.signals import Guard
 
 if TYPE_CHECKING:
+    from turnwatch.runtime.runtime import Runtime
     from turnwatch.watchdog.threads import Threads
 
 DEFAULT_INTERVAL_S = 5.0

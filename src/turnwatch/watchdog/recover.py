@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnwatch import names
 from turnwatch.runtime import terminate
@@ -29,11 +29,13 @@ from turnwatch.runtime.model import (
     TurnOutcome,
 )
 from turnwatch.runtime.procfs import ProcessTable
-from turnwatch.runtime.runtime import Runtime
 from turnwatch.tracing import codec, view
 from turnwatch.watchdog import control_client
 from turnwatch.watchdog.scan import Action, Finding
 from turnwatch.watchdog.signals import Guard, Target, candidates, members
+
+if TYPE_CHECKING:
+    from turnwatch.runtime.runtime import Runtime
 
 #: How long after SIGKILL (or cgroup.kill) recovery waits to see every target gone.
 KILL_WAIT_S = 2.0
