@@ -10,7 +10,6 @@ under its policy, every call has its answer in the checkpoint, and a resume runs
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import subprocess
 import time
@@ -18,7 +17,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
@@ -26,8 +24,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from tests.conftest import this_run, until
+from tests.conftest import until
 from tests.integrations.lg_graphs import Scripted, agent_graph
+from tests.integrations.procs import end_marked, marked_alive
 from turnwatch import names
 from turnwatch.integrations.langgraph import StoppableGraph, ToolClassError, tool_node
 from turnwatch.integrations.wrappers import run_command
@@ -51,24 +50,6 @@ def classed(cls: str) -> Callable[[BaseTool], BaseTool]:
         return t
 
     return mark
-
-
-def marked_alive(session: str) -> list[psutil.Process]:
-    """Live processes a call of ``session`` started (its marker is in their environment)."""
-    out = []
-    for p in psutil.process_iter():
-        try:
-            env = p.environ()
-            marker = env.get(CALL_MARKER, "")
-            if (
-                marker.startswith(f"{session}/")
-                and this_run(env)
-                and p.status() != psutil.STATUS_ZOMBIE
-            ):
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
 
 
 class Tools:
@@ -198,18 +179,7 @@ async def test_native_a_cancelled_run_leaves_the_tree_the_calls_unanswered_and_r
 
 
 def _end(t: Tools) -> None:
-    """Every process the native tool started (by its marker: their parents may be gone), and
-    each reaped, so none is left for the next test to find."""
-    for _ in range(100):  # again until none is left: a shell may fork as it is killed
-        left = marked_alive("native")
-        if not left:
-            break
-        for p in left:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        time.sleep(0.05)
-    for proc in t.spawned:
-        proc.wait()
+    end_marked("native", t.spawned)
 
 
 async def test_wrapped_every_call_is_answered_nothing_runs_on_and_a_resume_reruns_nothing(

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
 from langgraph.prebuilt import ToolNode
 
+from turnwatch.integrations.wrappers import stopped_words
 from turnwatch.runtime.model import Outcome, TurnwatchError
 
 if TYPE_CHECKING:  # langgraph-checkpoint-sqlite: imported where a file is read, so that a run's
@@ -54,18 +55,6 @@ RAN = (
     "It is not run again."
 )
 FAILED = "It failed; its error was lost with the run that made this call. It is not run again."
-
-
-def stopped_words(outcome: Outcome, output: str = "") -> str:
-    """What the model is told of a call the stop reached (its ``ToolMessage``'s content)."""
-    if outcome is Outcome.DISCARDED:
-        return "Stopped by the user: this call's result was discarded."
-    if outcome is Outcome.REFUSED:
-        return "Not run: the user stopped the turn before this call started."
-    if outcome is Outcome.ABORTED:
-        said = f" It printed, before it was ended:\n{output}" if output else ""
-        return "Stopped by the user: this call was ended." + said
-    return f"Stopped by the user ({outcome.value})."
 
 
 def recorded_words(outcome: str | None) -> str:

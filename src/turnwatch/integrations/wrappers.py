@@ -22,7 +22,14 @@ from typing import Any, NamedTuple
 
 from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.host import LocalHost
-from turnwatch.runtime.model import Phase, StopSource, ToolClass, ToolResult, TurnwatchError
+from turnwatch.runtime.model import (
+    Outcome,
+    Phase,
+    StopSource,
+    ToolClass,
+    ToolResult,
+    TurnwatchError,
+)
 from turnwatch.runtime.protocol import HostResult, HostStatus, Started
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
@@ -103,6 +110,19 @@ async def stop_on_cancel(runtime: Runtime, turn: Turn) -> None:
 
 #: What a framework's model is told of an approval the stop came before (it is refused).
 STOPPED = "The user stopped the turn before this call was approved."
+
+
+def stopped_words(outcome: Outcome, output: str = "") -> str:
+    """What a framework's model is told of a call the stop reached (LangGraph's ``ToolMessage``,
+    ADK's function response): the same words in every wrapper."""
+    if outcome is Outcome.DISCARDED:
+        return "Stopped by the user: this call's result was discarded."
+    if outcome is Outcome.REFUSED:
+        return "Not run: the user stopped the turn before this call started."
+    if outcome is Outcome.ABORTED:
+        said = f" It printed, before it was ended:\n{output}" if output else ""
+        return "Stopped by the user: this call was ended." + said
+    return f"Stopped by the user ({outcome.value})."
 
 
 #: The turn of the wrapped run whose code runs here: set around each wrapped run, so its tools

@@ -1,0 +1,238 @@
+"""Google's Agent Development Kit, wrapped: the ADR's stop for an ADK ``Runner``'s tool calls.
+Requires the ``google-adk`` extra.
+
+ADK 2.x stops a run with ``Runner.run_async(…, abort_signal=asyncio.Event)``: the run's task is
+cancelled, and every call left without an answer is sealed with an ``INVOCATION_ABORTED`` error
+response (not replayed on resume). What it does not do (``../shared/frameworks-next.md``,
+measured offline): a sync tool runs on the event loop by default, so the abort is not seen until
+it returns; with the tool thread pool the tool's subprocess is left running; and a write that
+finishes after the abort is sealed as aborted.
+
+Wrapped:
+
+- :class:`TurnwatchPlugin` (an ADK ``BasePlugin``, given to the runner's ``plugins``) runs each
+  tool call of a wrapped run as a turnwatch call of the run's turn, by its class: the runner's
+  ``classes`` mapping by tool name, else ``turnwatch_class`` in the tool's ``custom_metadata``,
+  else ``extension`` for an MCP tool (ADK's ``McpToolset``) and ``default_class`` for the
+  others. An unknown class is refused when the plugin is built (for the tools it is given), or
+  when the tool is first called (one it was not given, an MCP server's). A ``process`` tool is
+  async and starts its commands with :func:`turnwatch.integrations.wrappers.run_command`
+  (contained, ended within the grace window). A sync tool runs in a thread, never on the loop.
+- :class:`StoppableRunner` runs ``runner.run_async`` as one turn of a session (``session=``,
+  ADK's ``session_id`` unless given). ``await runtime.abort(session)`` is the stop: calls in
+  flight are walked by class (read-only ones discarded, process ones ended within the grace
+  window, mutating and extension ones awaited), each gets its function response with its real
+  outcome (:func:`~turnwatch.integrations.wrappers.stopped_words`; a write completed after the
+  stop, its real result), and only then is ADK's own ``abort_signal`` set: the model is not asked
+  again, and ADK has no unanswered call to seal as aborted. A stop while the model runs sets it
+  at once. The caller's own ``abort_signal`` set, or the task reading the run cancelled from
+  outside, is the same stop (sources ``framework`` and ``cancel``).
+- A call that ADK's tool confirmation holds (``require_confirmation``) is ADK's until it is
+  confirmed: ADK asks, and answers a rejection; once confirmed it runs as a turnwatch call.
+
+A wrapped tool's error reaches ADK from the plugin's ``before_tool_callback``: the run fails with
+it, and ``on_tool_error_callback`` hooks do not see it (ADK gives a callback's error to no hook).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.mcp_tool.mcp_tool import McpTool
+from google.adk.tools.tool_context import ToolContext
+from google.adk.utils._sync_runner import _use_executor_for_sync_callables
+from opentelemetry import trace
+
+from turnwatch.integrations.wrappers import (
+    CLASS_KEY,
+    DAEMONS,
+    RUN_TURN,
+    ToolClassError,
+    declared_class,
+    dispatcher,
+    stop_on_cancel,
+    stopped_words,
+)
+from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
+from turnwatch.runtime.runtime import Runtime
+from turnwatch.runtime.session import Turn
+
+__all__ = ["CLASS_KEY", "StoppableRunner", "ToolClassError", "TurnwatchPlugin"]
+
+_DONE = (Outcome.COMPLETED, Outcome.COMPLETED_AFTER_STOP)
+
+
+class TurnwatchPlugin(BasePlugin):
+    """Runs each tool call of a :class:`StoppableRunner`'s run under its class (see the
+    module); outside one, ADK runs it as it would."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        tools: Sequence[BaseTool] = (),
+        *,
+        classes: Mapping[str, ToolClass | str] | None = None,
+        default_class: ToolClass | str = ToolClass.MUTATING,
+        name: str = "turnwatch",
+    ) -> None:
+        super().__init__(name=name)
+        self.default = declared_class(
+            "default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING
+        )
+        self.named = {
+            n: declared_class(n, {CLASS_KEY: c}, self.default) for n, c in (classes or {}).items()
+        }
+        self.dispatch = dispatcher(runtime.host, "TurnwatchPlugin")
+        #: Each tool's class, as read when the plugin was built or the tool first called.
+        self.classes: dict[str, ToolClass] = {}
+        for tool in tools:
+            self.learn(tool)
+
+    def class_of(self, tool: BaseTool) -> ToolClass:
+        """``tool``'s class: by name, else its metadata, else by its kind (an MCP tool is an
+        extension). A ``process`` tool must be an async function tool."""
+        if tool.name in self.named:
+            cls = self.named[tool.name]
+        else:
+            kind = ToolClass.EXTENSION if isinstance(tool, McpTool) else self.default
+            cls = declared_class(tool.name, tool.custom_metadata, kind)
+        if cls is ToolClass.PROCESS and not inspect.iscoroutinefunction(
+            getattr(tool, "func", None)
+        ):
+            raise ToolClassError(
+                f"tool {tool.name!r}: a process tool must be an async function that starts its "
+                "commands with run_command"
+            )
+        return cls
+
+    def learn(self, tool: BaseTool) -> ToolClass:
+        """Read ``tool``'s class and register it on the host (once per name)."""
+        cls = self.class_of(tool)
+        self.dispatch.add_tools([tool.name])
+        self.classes[tool.name] = self.dispatch.classes[tool.name] = cls
+        return cls
+
+    async def before_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
+    ) -> Any:
+        """Run the call as a turnwatch call and answer it (ADK then runs no tool); None outside
+        a wrapped run, or while ADK's confirmation holds the call."""
+        turn = RUN_TURN.get()
+        if turn is None:
+            return None
+        if await tool.check_require_confirmation(tool_args, tool_context) is True:
+            confirmation = tool_context.tool_confirmation
+            if confirmation is None or not confirmation.confirmed:
+                return None  # ADK's gate asks for it, or answers its rejection
+        cls = self.classes.get(tool.name) or self.learn(tool)
+        if turn.traceparent is None:
+            # ADK's execute_tool span is current here: a stop then joins the run's trace.
+            span = trace.get_current_span().get_span_context()
+            if span.is_valid:
+                turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
+        call_id = tool_context.function_call_id or turn.next_call_id()
+        value, error, result = await self.dispatch.run(
+            turn, tool.name, cls, call_id, tool_args, _run_tool, (tool, tool_args, tool_context)
+        )
+        if result.outcome in _DONE:
+            # Its real result, after the stop too. None would tell ADK nothing answered the call
+            # (it would run the tool itself): ADK's own shape of a tool's None instead.
+            return {"result": None} if value is None else value
+        if error is not None and result.outcome is Outcome.FAILED:
+            raise error
+        return {"error": stopped_words(result.outcome, result.output)}
+
+
+async def _run_tool(req: tuple[BaseTool, dict[str, Any], ToolContext]) -> Any:
+    """The tool itself, as ADK's own step would run it; a sync function in a thread of ours
+    (ADK's binding for its tool thread pool), never on the event loop."""
+    tool, args, ctx = req
+    with _use_executor_for_sync_callables(DAEMONS):
+        return await tool.run_async(args=args, tool_context=ctx)
+
+
+class StoppableRunner:
+    """An ADK ``Runner`` whose runs stop the ADR's way on ``runtime`` (its plugins holding a
+    :class:`TurnwatchPlugin`)."""
+
+    def __init__(self, runner: Any, runtime: Runtime) -> None:
+        plugins = getattr(getattr(runner, "plugin_manager", None), "plugins", [])
+        if not any(isinstance(p, TurnwatchPlugin) for p in plugins):
+            raise TypeError("StoppableRunner: give the runner a TurnwatchPlugin (plugins=[…])")
+        self.runner, self.runtime = runner, runtime
+        self.dispatch = dispatcher(runtime.host, "StoppableRunner")
+
+    async def run_async(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        session: str | None = None,
+        abort_signal: asyncio.Event | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        """``runner.run_async`` as one turn of ``session`` (``session_id`` unless given): its
+        events, up to where a stop ends the run (after the answers of the calls it reached,
+        or at once if it came while the model ran). ``kwargs`` go to ADK's ``run_async``."""
+        sid = session or session_id
+        turn = self._turn(sid)
+        loop = asyncio.get_running_loop()
+        native = asyncio.Event()  # ADK's own abort: set once nothing of a tools step runs
+        stopped = False
+
+        def cut() -> None:
+            if not turn.in_flight:
+                native.set()
+
+        def on_stop() -> None:
+            nonlocal stopped
+            stopped = True
+            # A turn of the loop later: the walk has reached the calls by then.
+            loop.call_soon(cut)
+
+        turn.on_stop.append(on_stop)
+        watch = loop.create_task(self._watch(abort_signal, turn)) if abort_signal else None
+        running = RUN_TURN.set(turn)
+        events = self.runner.run_async(
+            user_id=user_id, session_id=session_id, abort_signal=native, **kwargs
+        )
+        try:
+            async for event in events:
+                yield event
+                if stopped:
+                    cut()  # the answers of the calls it reached are ADK's history now
+        except asyncio.CancelledError:
+            self.dispatch.unclaimed(sid)
+            await stop_on_cancel(self.runtime, turn)
+            raise
+        except BaseException:
+            self.dispatch.unclaimed(sid)
+            await turn.finish(TurnOutcome.FAILED)
+            raise
+        finally:
+            await events.aclose()
+            if watch is not None:
+                watch.cancel()
+            turn.on_stop.remove(on_stop)
+            RUN_TURN.reset(running)
+        self.dispatch.unclaimed(sid)
+        await turn.finish()
+
+    def _turn(self, session: str) -> Turn:
+        turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
+        # The span the run is called in is the stop's parent: the stop is in the run's trace.
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
+        return turn
+
+    async def _watch(self, signal: asyncio.Event, turn: Turn) -> None:
+        """The caller's own ``abort_signal``: set, it is the stop (source ``framework``)."""
+        await signal.wait()
+        if not turn.stopping and not turn.settled.done():
+            await self.runtime.abort(turn.session.id, source=StopSource.FRAMEWORK, turn=turn.id)

@@ -1,0 +1,354 @@
+"""Google ADK, native and wrapped, side by side: an ``LlmAgent`` whose model is scripted (ADK's own
+``MockModel``), its tools real (a TERM-ignoring process tree, a slow read, a write), run by ADK's
+``InMemoryRunner``.
+
+Native, ``abort_signal`` set mid-step leaves the tree running and seals the write, begun but cut
+short, as aborted. Wrapped, ``rt.abort()`` returns once each call is released under its policy,
+and every call has its real outcome in ADK's history: nothing is left for ADK to seal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import threading
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any
+
+import pytest
+from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
+from google.adk.apps import App
+from google.adk.cli.agent_test_runner import MockModel
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import InMemoryRunner
+from google.adk.tools.function_tool import FunctionTool
+from google.genai import types
+
+from tests.conftest import until
+from tests.integrations.procs import end_marked, marked_alive
+from turnwatch import names
+from turnwatch.integrations.google_adk import StoppableRunner, ToolClassError, TurnwatchPlugin
+from turnwatch.integrations.wrappers import run_command
+from turnwatch.runtime import MemorySink, Receipt, Runtime
+from turnwatch.runtime.tools.proctree import CALL_MARKER
+from turnwatch.testing import check_invariants
+
+TERM_IGNORING_TREE = "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60; wait"
+ABORTED = "INVOCATION_ABORTED"
+
+
+@pytest.fixture
+def rt(runtime: Runtime) -> Runtime:
+    return runtime
+
+
+def call(cid: str, name: str, **args: Any) -> types.Part:
+    return types.Part(function_call=types.FunctionCall(id=cid, name=name, args=args))
+
+
+def says(*parts: types.Part) -> types.Content:
+    return types.Content(role="model", parts=list(parts))
+
+
+HI = types.Content(role="user", parts=[types.Part(text="go")])
+STEP = says(call("r1", "look", q="x"), call("p1", "sh"), call("w1", "write", text="a"))
+
+
+def classed(fn: Callable[..., Any], cls: str | None) -> FunctionTool:
+    """A function tool with its turnwatch class in its metadata (as ADK tools carry it)."""
+    t = FunctionTool(fn)
+    if cls is not None:
+        t.custom_metadata = {"turnwatch_class": cls}
+    return t
+
+
+class Tools:
+    """The three tools, and what they did."""
+
+    def __init__(self, *, native: bool = False, write_s: float = 0.5) -> None:
+        self.started: list[str] = []  # the write's side effect began
+        self.written: list[str] = []
+        self.spawned: list[subprocess.Popen[bytes]] = []
+
+        async def look(q: str) -> str:
+            """a slow read"""
+            await asyncio.sleep(30)
+            return "found"
+
+        async def sh() -> str:
+            """a shell command that ignores SIGTERM"""
+            return (await run_command(["bash", "-c", TERM_IGNORING_TREE])).output
+
+        def native_sh() -> str:
+            """a shell command that ignores SIGTERM, as an ADK tool runs one (in a thread of
+            its tool pool; nothing ties the command to the call)"""
+            env = {**os.environ, CALL_MARKER: "native/p1"}
+            proc = subprocess.Popen(["bash", "-c", TERM_IGNORING_TREE], env=env)
+            self.spawned.append(proc)
+            proc.wait()
+            return "done"
+
+        native_sh.__name__ = "sh"
+
+        async def write(text: str) -> str:
+            """a write that takes a while"""
+            self.started.append(text)
+            await asyncio.sleep(write_s)
+            self.written.append(text)
+            return "written"
+
+        self.all = [
+            classed(look, "read_only"),
+            classed(native_sh, None) if native else classed(sh, "process"),
+            classed(write, "mutating"),
+        ]
+
+
+class Counted(MockModel):
+    """ADK's scripted model, counting how often it is asked."""
+
+    asked: int = 0
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        self.asked += 1
+        async for r in super().generate_content_async(llm_request, stream):
+            yield r
+
+
+def model(*steps: types.Content) -> Counted:
+    scripted = MockModel.create([*steps, says(types.Part(text="done"))])
+    return Counted(model=scripted.model, responses=scripted.responses)
+
+
+async def new_session(runner: InMemoryRunner) -> str:
+    s = await runner.session_service.create_session(app_name="app", user_id="u")
+    return str(s.id)
+
+
+async def history(runner: InMemoryRunner, sid: str) -> list[Any]:
+    s = await runner.session_service.get_session(app_name="app", user_id="u", session_id=sid)
+    assert s is not None
+    return list(s.events)
+
+
+def answers(events: list[Any]) -> dict[str, dict[str, Any]]:
+    """Each call's function response in the history, by call id."""
+    return {str(r.id): dict(r.response or {}) for e in events for r in e.get_function_responses()}
+
+
+def unanswered(events: list[Any]) -> set[str]:
+    asked = {str(c.id) for e in events for c in e.get_function_calls()}
+    return asked - answers(events).keys()
+
+
+def wrapped(rt: Runtime, tools: Sequence[FunctionTool], llm: BaseLlm) -> tuple[InMemoryRunner, Any]:
+    agent = LlmAgent(name="a", model=llm, tools=list(tools))
+    runner = InMemoryRunner(
+        app=App(name="app", root_agent=agent, plugins=[TurnwatchPlugin(rt, tools)])
+    )
+    return runner, StoppableRunner(runner, rt)
+
+
+async def consume(events: AsyncIterator[Any]) -> list[Any]:
+    return [e async for e in events]
+
+
+async def test_native_an_abort_leaves_the_tree_running_and_seals_the_write_cut_short() -> None:
+    t = Tools(native=True)
+    llm = model(STEP)
+    runner = InMemoryRunner(agent=LlmAgent(name="a", model=llm, tools=list(t.all)), app_name="app")
+    sid = await new_session(runner)
+    abort = asyncio.Event()
+    pool = RunConfig(tool_thread_pool_config=ToolThreadPoolConfig())
+    run = asyncio.ensure_future(
+        consume(
+            runner.run_async(
+                user_id="u", session_id=sid, new_message=HI, abort_signal=abort, run_config=pool
+            )
+        )
+    )
+    try:
+        await until(lambda: len(marked_alive("native")) >= 3 and t.started, what="the tools")
+        abort.set()
+        await asyncio.wait_for(run, 10)
+        assert len(marked_alive("native")) >= 3  # the tree runs on
+        said = answers(await history(runner, sid))
+        assert t.started == ["a"]
+        assert t.written == []  # the write was cut short, half done
+        assert {c: r.get("error", "") for c, r in said.items()} == {
+            "r1": "Invocation was aborted by client.",
+            "p1": "Invocation was aborted by client.",
+            "w1": "Invocation was aborted by client.",
+        }
+    finally:
+        end_marked("native", t.spawned)
+
+
+async def test_wrapped_every_call_has_its_real_outcome_and_nothing_runs_on(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    t = Tools()
+    llm = model(STEP, says(call("w2", "write", text="b")))
+    runner, app = wrapped(rt, t.all, llm)
+    sid = await new_session(runner)
+    run = asyncio.ensure_future(consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
+    await until(lambda: len(marked_alive(sid)) >= 3 and t.started, what="the tools")
+    assert await rt.abort(sid) is Receipt.ACCEPTED
+    assert marked_alive(sid) == []  # abort() returned: nothing of the process call outlived it
+    assert t.written == ["a"]  # the write was awaited to its end
+    await asyncio.wait_for(run, 10)
+    assert llm.asked == 1  # the model was not asked again: its next write never began
+    assert t.started == ["a"]
+    events = await history(runner, sid)
+    assert unanswered(events) == set()
+    said = answers(events)
+    assert said["w1"] == {"result": "written"}  # completed after the stop: its real result
+    assert "discarded" in said["r1"]["error"]
+    assert "ended" in said["p1"]["error"]
+    # ADK had nothing to seal: no call is answered "aborted by client".
+    assert not any(ABORTED in str(r) for r in said.values())
+    ended = {
+        str(e.call): e.attrs.get("outcome")
+        for e in sink
+        if e.kind == names.TOOL_FINISHED and e.call is not None
+    }
+    assert ended == {"w1": "completed_after_stop", "p1": "aborted"}
+    assert check_invariants(list(sink)) == []
+
+
+class Thinking(BaseLlm):
+    """A model that never answers: the stop comes while it runs."""
+
+    model: str = "thinking"
+    started: Any = None
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        self.started.set()
+        await asyncio.sleep(3600)
+        yield LlmResponse()
+
+
+async def test_a_stop_while_the_model_runs_ends_the_run_at_once(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    thinking = Thinking(started=asyncio.Event())
+    runner, app = wrapped(rt, Tools().all, thinking)
+    sid = await new_session(runner)
+    run = asyncio.ensure_future(consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
+    await asyncio.wait_for(thinking.started.wait(), 10)
+    assert await rt.abort(sid) is Receipt.ACCEPTED
+    await asyncio.wait_for(run, 5)
+    events = await history(runner, sid)
+    assert events[-1].error_code == ABORTED  # ADK's own record of the abort
+    assert unanswered(events) == set()
+    assert rt.session(sid).live is None  # settled
+    assert check_invariants(list(sink)) == []
+
+
+async def test_the_callers_own_abort_signal_is_the_same_stop(rt: Runtime, sink: MemorySink) -> None:
+    t = Tools()
+    runner, app = wrapped(rt, t.all, model(STEP))
+    sid = await new_session(runner)
+    abort = asyncio.Event()
+    events = app.run_async(user_id="u", session_id=sid, new_message=HI, abort_signal=abort)
+    run = asyncio.ensure_future(consume(events))
+    await until(lambda: len(marked_alive(sid)) >= 3 and t.started, what="the tools")
+    abort.set()
+    await asyncio.wait_for(run, 10)
+    assert marked_alive(sid) == []
+    assert t.written == ["a"]
+    assert unanswered(await history(runner, sid)) == set()
+    sources = {e.attrs.get("source") for e in sink if e.kind == names.ABORT_RPC_RECEIVED}
+    assert sources == {"framework"}
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_cancel_of_the_task_reading_the_run_is_a_stop(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    t = Tools()
+    runner, app = wrapped(rt, t.all, model(STEP))
+    sid = await new_session(runner)
+    run = asyncio.ensure_future(consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
+    await until(lambda: len(marked_alive(sid)) >= 3 and t.started, what="the tools")
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert marked_alive(sid) == []  # the cancel waited for the stop (bounded by the grace)
+    sources = {e.attrs.get("source") for e in sink if e.kind == names.ABORT_RPC_RECEIVED}
+    assert sources == {"cancel"}
+    await until(lambda: rt.session(sid).live is None, what="the turn to settle")
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_sync_tool_runs_off_the_loop_and_the_stop_awaits_it(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    done: list[str] = []
+    entered = threading.Event()
+
+    def save(text: str) -> str:
+        """a blocking write"""
+        entered.set()
+        time.sleep(0.5)
+        done.append(text)
+        return "saved"
+
+    ticks = 0
+
+    async def beat() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    runner, app = wrapped(
+        rt, [classed(save, "mutating")], model(says(call("s1", "save", text="a")))
+    )
+    sid = await new_session(runner)
+    heart = asyncio.ensure_future(beat())
+    run = asyncio.ensure_future(consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
+    await until(entered.is_set, what="the sync tool to start")
+    before = ticks
+    assert await rt.abort(sid) is Receipt.ACCEPTED
+    assert done == ["a"]  # awaited to its end
+    assert ticks - before >= 5  # the loop ran while the tool blocked its thread
+    await asyncio.wait_for(run, 10)
+    heart.cancel()
+    assert answers(await history(runner, sid))["s1"] == {"result": "saved"}
+    assert check_invariants(list(sink)) == []
+
+
+async def test_outside_a_stoppable_runner_adk_runs_the_tools_itself(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    t = Tools(write_s=0)
+    runner, _app = wrapped(rt, t.all, model(says(call("w1", "write", text="a"))))
+    sid = await new_session(runner)
+    await consume(runner.run_async(user_id="u", session_id=sid, new_message=HI))
+    assert t.written == ["a"]
+    assert [e for e in sink if e.call is not None] == []  # no turnwatch call
+
+
+def test_classes_are_checked_when_the_plugin_is_built(rt: Runtime) -> None:
+    def sync_sh() -> str:
+        """a sync process tool"""
+        return ""
+
+    with pytest.raises(ToolClassError, match=r"'look'.*'readonly'"):
+        TurnwatchPlugin(rt, [classed(Tools().all[0].func, "readonly")])
+    with pytest.raises(ToolClassError, match=r"'sync_sh'.*async"):
+        TurnwatchPlugin(rt, [classed(sync_sh, "process")])
+    with pytest.raises(ToolClassError, match="'write'"):
+        TurnwatchPlugin(rt, classes={"write": "sometimes"})
+    with pytest.raises(TypeError, match="TurnwatchPlugin"):
+        StoppableRunner(InMemoryRunner(agent=LlmAgent(name="a", model=model()), app_name="x"), rt)
