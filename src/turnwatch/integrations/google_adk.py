@@ -123,7 +123,9 @@ class TurnwatchPlugin(BasePlugin):
         """Run the call as a turnwatch call and answer it (ADK then runs no tool); None outside
         a wrapped run, or while ADK's confirmation holds the call."""
         turn = RUN_TURN.get()
-        if turn is None:
+        if turn is None or type(tool) is BaseTool:
+            # Outside a wrapped run; or ADK's stand-in for a tool the model named that does not
+            # exist (no call to run: ADK answers "not found").
             return None
         if await tool.check_require_confirmation(tool_args, tool_context) is True:
             confirmation = tool_context.tool_confirmation

@@ -1,0 +1,105 @@
+"""ADK's MCP toolset, native and wrapped: a tool of a real MCP server over stdio
+(``turnwatch.testing_mcp``, whose ``deploy`` ignores a cancel, finishes and replies late).
+
+Native, ``abort_signal`` ends the run while the deploy goes on, and ADK seals the call as aborted
+although the server went on to finish it. Wrapped, an MCP tool is an ``extension`` call, awaited:
+``rt.abort()`` returns once the server replied, and ADK's history holds that reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.runners import InMemoryRunner
+from google.adk.tools.mcp_tool.mcp_session_manager import StdioConnectionParams
+from google.adk.tools.mcp_tool.mcp_toolset import McpToolset
+from mcp import StdioServerParameters
+
+from tests.integrations.test_google_adk import (
+    HI,
+    answers,
+    call,
+    consume,
+    history,
+    model,
+    new_session,
+    says,
+    unanswered,
+)
+from turnwatch import names
+from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin
+from turnwatch.runtime import MemorySink, Receipt, Runtime
+from turnwatch.testing import check_invariants
+
+DEPLOY_S = 1.5
+STEP = says(call("d1", "deploy", seconds=DEPLOY_S))
+
+
+def toolset(log: Path) -> McpToolset:
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "turnwatch.testing_mcp", "--log", str(log)]
+    )
+    return McpToolset(connection_params=StdioConnectionParams(server_params=server, timeout=30))
+
+
+async def closed(tools: McpToolset) -> None:
+    await tools.close()
+
+
+async def test_native_an_abort_seals_the_mcp_call_aborted_while_the_server_finishes_it(
+    tmp_path: Path,
+) -> None:
+    tools = toolset(tmp_path / "cancels.log")
+    agent = LlmAgent(name="a", model=model(STEP), tools=[tools])
+    runner = InMemoryRunner(agent=agent, app_name="app")
+    try:
+        sid = await new_session(runner)
+        abort = asyncio.Event()
+        events = runner.run_async(user_id="u", session_id=sid, new_message=HI, abort_signal=abort)
+        run = asyncio.ensure_future(consume(events))
+        await asyncio.sleep(0.5 + 0.3)  # the server started, the deploy under way
+        started = time.monotonic()
+        abort.set()
+        await asyncio.wait_for(run, 10)
+        assert time.monotonic() - started < DEPLOY_S  # the run did not wait for the deploy
+        said = answers(await history(runner, sid))
+        assert said["d1"] == {"error": "Invocation was aborted by client."}
+    finally:
+        await closed(tools)
+
+
+async def test_wrapped_an_mcp_call_is_an_extension_call_awaited_to_its_reply(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    rt = runtime
+    tools = toolset(tmp_path / "cancels.log")
+    agent = LlmAgent(name="a", model=model(STEP), tools=[tools])
+    runner = InMemoryRunner(app=App(name="app", root_agent=agent, plugins=[TurnwatchPlugin(rt)]))
+    try:
+        sid = await new_session(runner)
+        app = StoppableRunner(runner, rt)
+        run = asyncio.ensure_future(
+            consume(app.run_async(user_id="u", session_id=sid, new_message=HI))
+        )
+        started = await sink.wait_for(names.TOOL_STARTED)
+        assert started.attrs[names.K_CLASS] == "extension"
+        await asyncio.sleep(0.3)  # the deploy under way
+        assert await rt.abort(sid) is Receipt.ACCEPTED
+        await asyncio.wait_for(run, 10)
+        said = await history(runner, sid)
+    finally:
+        await closed(tools)
+    assert unanswered(said) == set()
+    reply: dict[str, Any] = answers(said)["d1"]
+    assert "deploy finished after 1.5s" in str(reply)  # the server's real reply, after the stop
+    ended = {str(e.call): e.attrs.get("outcome") for e in sink if e.kind == names.TOOL_FINISHED}
+    assert ended == {"d1": "completed_after_stop"}
+    kinds = [e.kind for e in sink]
+    assert kinds.index(names.TOOL_FINISHED) < kinds.index(names.TURN_SETTLED)
+    assert check_invariants(list(sink)) == []
