@@ -15,7 +15,8 @@ ROOT = Path(__file__).parents[1]
 
 
 @pytest.mark.parametrize(
-    "example", ["pydantic_ai_stop.py", "openai_agents_stop.py", "langgraph_stop.py"]
+    "example",
+    ["pydantic_ai_stop.py", "openai_agents_stop.py", "langgraph_stop.py", "google_adk_stop.py"],
 )
 def test_the_framework_examples_stop_their_run_the_adrs_way(tmp_path: Path, example: str) -> None:
     ledger = tmp_path / "ledger.sqlite3"
