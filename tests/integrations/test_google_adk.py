@@ -29,6 +29,7 @@ from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import InMemoryRunner
+from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
@@ -36,7 +37,7 @@ from tests.conftest import until
 from tests.integrations.procs import end_marked, marked_alive
 from turnwatch import names
 from turnwatch.integrations.google_adk import StoppableRunner, ToolClassError, TurnwatchPlugin
-from turnwatch.integrations.wrappers import run_command
+from turnwatch.integrations.wrappers import run_command, run_command_sync
 from turnwatch.runtime import MemorySink, Receipt, Runtime
 from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.testing import check_invariants
@@ -343,14 +344,15 @@ async def test_outside_a_stoppable_runner_adk_runs_the_tools_itself(
 
 
 def test_classes_are_checked_when_the_plugin_is_built(rt: Runtime) -> None:
-    def sync_sh() -> str:
-        """a sync process tool"""
-        return ""
+    class Custom(BaseTool):
+        """A tool of its own kind: no function whose commands run_command could start."""
 
+    custom = Custom(name="custom", description="")
+    custom.custom_metadata = {"turnwatch_class": "process"}
     with pytest.raises(ToolClassError, match=r"'look'.*'readonly'"):
         TurnwatchPlugin(rt, [classed(Tools().all[0].func, "readonly")])
-    with pytest.raises(ToolClassError, match=r"'sync_sh'.*async"):
-        TurnwatchPlugin(rt, [classed(sync_sh, "process")])
+    with pytest.raises(ToolClassError, match=r"'custom'.*run_command"):
+        TurnwatchPlugin(rt, [custom])
     with pytest.raises(ToolClassError, match="'write'"):
         TurnwatchPlugin(rt, classes={"write": "sometimes"})
     with pytest.raises(TypeError, match="TurnwatchPlugin"):
@@ -450,3 +452,38 @@ def test_adks_spans_and_the_stops_are_one_trace() -> None:
     assert stop["parent"] == tool["span"]
     keys = {k for s in ours for k in s["keys"]}
     assert not [k for k in keys if any(w in k for w in ("argument", "result", "input", "output"))]
+
+
+async def test_a_sync_process_tool_runs_its_command_contained_and_the_stop_ends_it(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    """A sync tool, as ADK users write them (the recipe's shell tool): in a thread, its command
+    started with run_command_sync. The stop ends the command within the grace window, and the
+    thread's wait with it."""
+
+    def sh() -> str:
+        """a shell command that ignores SIGTERM, from a sync tool"""
+        return run_command_sync(["bash", "-c", TERM_IGNORING_TREE]).output
+
+    runner, app = wrapped(rt, [classed(sh, "process")], model(says(call("p1", "sh"))))
+    sid = await new_session(runner)
+    run = asyncio.ensure_future(consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
+    await until(lambda: len(marked_alive(sid)) >= 3, what="the tree to start")
+    assert await rt.abort(sid) is Receipt.ACCEPTED
+    assert marked_alive(sid) == []
+    await asyncio.wait_for(run, 10)
+    assert "ended" in answers(await history(runner, sid))["p1"]["error"]
+    ended = {str(e.call): e.attrs.get("outcome") for e in sink if e.kind == names.TOOL_FINISHED}
+    assert ended == {"p1": "aborted"}
+    assert check_invariants(list(sink)) == []
+
+
+async def test_run_command_sync_refuses_to_block_the_loop(rt: Runtime) -> None:
+    async def sh() -> str:
+        """a shell command, wrongly from the loop"""
+        return run_command_sync(["true"]).output
+
+    runner, app = wrapped(rt, [classed(sh, "process")], model(says(call("p1", "sh"))))
+    sid = await new_session(runner)
+    with pytest.raises(RuntimeError, match="await run_command"):
+        await consume(app.run_async(user_id="u", session_id=sid, new_message=HI))

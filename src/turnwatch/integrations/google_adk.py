@@ -15,9 +15,10 @@ Wrapped:
   ``classes`` mapping by tool name, else ``turnwatch_class`` in the tool's ``custom_metadata``,
   else ``extension`` for an MCP tool (ADK's ``McpToolset``) and ``default_class`` for the
   others. An unknown class is refused when the plugin is built (for the tools it is given), or
-  when the tool is first called (one it was not given, an MCP server's). A ``process`` tool is
-  async and starts its commands with :func:`turnwatch.integrations.wrappers.run_command`
-  (contained, ended within the grace window). A sync tool runs in a thread, never on the loop.
+  when the tool is first called (one it was not given, an MCP server's). A ``process`` tool is a
+  function tool that starts its commands with :func:`turnwatch.integrations.wrappers.run_command`
+  (async) or :func:`~turnwatch.integrations.wrappers.run_command_sync` (sync): contained, ended
+  within the grace window. A sync tool runs in a thread, never on the loop.
 - :class:`StoppableRunner` runs ``runner.run_async`` as one turn of a session (``session=``,
   ADK's ``session_id`` unless given). ``await runtime.abort(session)`` is the stop: calls in
   flight are walked by class (read-only ones discarded, process ones ended within the grace
@@ -37,7 +38,6 @@ it, and ``on_tool_error_callback`` hooks do not see it (ADK gives a callback's e
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -101,12 +101,10 @@ class TurnwatchPlugin(BasePlugin):
         else:
             kind = ToolClass.EXTENSION if isinstance(tool, McpTool) else self.default
             cls = declared_class(tool.name, tool.custom_metadata, kind)
-        if cls is ToolClass.PROCESS and not inspect.iscoroutinefunction(
-            getattr(tool, "func", None)
-        ):
+        if cls is ToolClass.PROCESS and getattr(tool, "func", None) is None:
             raise ToolClassError(
-                f"tool {tool.name!r}: a process tool must be an async function that starts its "
-                "commands with run_command"
+                f"tool {tool.name!r}: a process tool is a function tool that starts its commands "
+                "with run_command (async) or run_command_sync (sync)"
             )
         return cls
 

@@ -325,6 +325,29 @@ async def run_command(
     return CommandResult(result.output, (result.data or {}).get("exit_code"))
 
 
+def run_command_sync(
+    argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
+) -> CommandResult:
+    """:func:`run_command` for a sync ``process`` tool, which its framework runs in a thread:
+    the command is started and ended by the event loop, exactly as :func:`run_command` does,
+    and this thread waits for it. Where a wrapper runs sync process tools (Google ADK's).
+
+    Raises :class:`CommandAbortedError` when a stop ended it."""
+    slot = _CURRENT.get()
+    if slot is None or slot.ctx is None:
+        raise RuntimeError("run_command_sync runs in a process tool of a wrapped agent")
+    loop = slot.handler.get_loop()
+    try:
+        on_loop = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        on_loop = False
+    if on_loop:
+        raise RuntimeError("run_command_sync would block the event loop: await run_command")
+    # The coroutine runs in this thread's context (copied when the loop is handed it): the
+    # call's slot goes with it.
+    return asyncio.run_coroutine_threadsafe(run_command(argv, cwd=cwd, env=env), loop).result()
+
+
 class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
     """Daemon threads, reused: one a stop abandons cannot hold the interpreter open.
 
