@@ -28,6 +28,7 @@ from google.adk.cli.agent_test_runner import MockModel
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
@@ -487,3 +488,39 @@ async def test_run_command_sync_refuses_to_block_the_loop(rt: Runtime) -> None:
     sid = await new_session(runner)
     with pytest.raises(RuntimeError, match="await run_command"):
         await consume(app.run_async(user_id="u", session_id=sid, new_message=HI))
+
+
+class Handles(BasePlugin):
+    """An application's plugin answering a tool's error itself (as ADK's retry plugins do)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="handles")
+        self.seen: list[str] = []
+
+    async def on_tool_error_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: Any, error: Exception
+    ) -> dict[str, Any]:
+        self.seen.append(f"{tool.name}: {error}")
+        return {"error": f"handled: {error}"}
+
+
+async def test_a_wrapped_tools_error_reaches_adks_error_callbacks(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    async def fails() -> str:
+        """a tool that fails"""
+        raise ValueError("disk on fire")
+
+    tools = [classed(fails, "mutating")]
+    agent = LlmAgent(name="a", model=model(says(call("f1", "fails"))), tools=list(tools))
+    handles = Handles()
+    plugins = [TurnwatchPlugin(rt, tools), handles]
+    runner = InMemoryRunner(app=App(name="app", root_agent=agent, plugins=plugins))
+    app = StoppableRunner(runner, rt)
+    sid = await new_session(runner)
+    await consume(app.run_async(user_id="u", session_id=sid, new_message=HI))
+    assert handles.seen == ["fails: disk on fire"]
+    assert answers(await history(runner, sid))["f1"] == {"error": "handled: disk on fire"}
+    ended = {str(e.call): e.attrs.get("outcome") for e in sink if e.kind == names.TOOL_FINISHED}
+    assert ended == {"f1": "failed"}
+    assert check_invariants(list(sink)) == []

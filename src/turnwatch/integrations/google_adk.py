@@ -10,8 +10,10 @@ finishes after the abort is sealed as aborted.
 
 Wrapped:
 
-- :class:`TurnwatchPlugin` (an ADK ``BasePlugin``, given to the runner's ``plugins``) runs each
-  tool call of a wrapped run as a turnwatch call of the run's turn, by its class: the runner's
+- :class:`TurnwatchPlugin` (an ADK ``BasePlugin``, given to the runner's app) makes each tool
+  call of a wrapped run a turnwatch call of the run's turn, where ADK runs it (the tool's
+  ``run_async``, wrapped by the plugin's ``before_tool_callback``: ADK's confirmation gate
+  comes first, its error callbacks see the tool's errors), by its class: the runner's
   ``classes`` mapping by tool name, else ``turnwatch_class`` in the tool's ``custom_metadata``,
   else ``extension`` for an MCP tool (ADK's ``McpToolset``) and ``default_class`` for the
   others. An unknown class is refused when the plugin is built (for the tools it is given), or
@@ -30,15 +32,13 @@ Wrapped:
   outside, is the same stop (sources ``framework`` and ``cancel``).
 - A call that ADK's tool confirmation holds (``require_confirmation``) is ADK's until it is
   confirmed: ADK asks, and answers a rejection; once confirmed it runs as a turnwatch call.
-
-A wrapped tool's error reaches ADK from the plugin's ``before_tool_callback``: the run fails with
-it, and ``on_tool_error_callback`` hooks do not see it (ADK gives a callback's error to no hook).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+import contextvars
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from google.adk.plugins.base_plugin import BasePlugin
@@ -117,43 +117,75 @@ class TurnwatchPlugin(BasePlugin):
 
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
+    ) -> None:
+        """Answers nothing: in a wrapped run, the call runs where ADK runs it (its confirmation
+        gate first, its error callbacks after), through the tool's ``run_async``, wrapped here
+        once per tool object: a turnwatch call there."""
+        if RUN_TURN.get() is not None and type(tool) is not BaseTool:
+            # (A bare BaseTool is ADK's stand-in for a tool the model named that does not
+            # exist: nothing to run, ADK answers "not found".)
+            self.wrap(tool)
+
+    def wrap(self, tool: BaseTool) -> None:
+        """Make ``tool``'s ``run_async`` a turnwatch call in a wrapped run (ADK's own call
+        outside one); once per tool object."""
+        if getattr(tool.run_async, _MARK, False):
+            return
+        if tool.name not in self.classes:
+            self.learn(tool)
+        original = tool.run_async
+
+        async def run_async(*, args: dict[str, Any], tool_context: ToolContext) -> Any:
+            turn, plugin = RUN_TURN.get(), _PLUGIN.get()
+            if turn is None or plugin is None:
+                return await original(args=args, tool_context=tool_context)
+            return await plugin.call(turn, tool, original, args, tool_context)
+
+        setattr(run_async, _MARK, True)
+        tool.run_async = run_async  # type: ignore[method-assign]
+
+    async def call(
+        self,
+        turn: Turn,
+        tool: BaseTool,
+        run: Callable[..., Awaitable[Any]],
+        args: dict[str, Any],
+        ctx: ToolContext,
     ) -> Any:
-        """Run the call as a turnwatch call and answer it (ADK then runs no tool); None outside
-        a wrapped run, or while ADK's confirmation holds the call."""
-        turn = RUN_TURN.get()
-        if turn is None or type(tool) is BaseTool:
-            # Outside a wrapped run; or ADK's stand-in for a tool the model named that does not
-            # exist (no call to run: ADK answers "not found").
-            return None
-        if await tool.check_require_confirmation(tool_args, tool_context) is True:
-            confirmation = tool_context.tool_confirmation
-            if confirmation is None or not confirmation.confirmed:
-                return None  # ADK's gate asks for it, or answers its rejection
+        """One call of ``turn``: ``run(args=, tool_context=)`` (the tool's own ``run_async``)
+        under its class; what it returned, or the words of the stop that reached it. What it
+        raised is raised (ADK's error callbacks see it)."""
         cls = self.classes.get(tool.name) or self.learn(tool)
         if turn.traceparent is None:
             # ADK's execute_tool span is current here: a stop then joins the run's trace.
             span = trace.get_current_span().get_span_context()
             if span.is_valid:
                 turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
-        call_id = tool_context.function_call_id or turn.next_call_id()
+        call_id = ctx.function_call_id or turn.next_call_id()
         value, error, result = await self.dispatch.run(
-            turn, tool.name, cls, call_id, tool_args, _run_tool, (tool, tool_args, tool_context)
+            turn, tool.name, cls, call_id, args, _run_tool, (run, args, ctx)
         )
         if result.outcome in _DONE:
-            # Its real result, after the stop too. None would tell ADK nothing answered the call
-            # (it would run the tool itself): ADK's own shape of a tool's None instead.
-            return {"result": None} if value is None else value
+            return value  # its real result, after the stop too
         if error is not None and result.outcome is Outcome.FAILED:
             raise error
         return {"error": stopped_words(result.outcome, result.output)}
 
 
-async def _run_tool(req: tuple[BaseTool, dict[str, Any], ToolContext]) -> Any:
-    """The tool itself, as ADK's own step would run it; a sync function in a thread of ours
-    (ADK's binding for its tool thread pool), never on the event loop."""
-    tool, args, ctx = req
+#: Marks a tool's ``run_async`` as the plugin's wrapper.
+_MARK = "_turnwatch_wrapped"
+#: The plugin of the wrapped run whose code runs here (set with ``RUN_TURN``).
+_PLUGIN: contextvars.ContextVar[TurnwatchPlugin | None] = contextvars.ContextVar(
+    "turnwatch_adk_plugin", default=None
+)
+
+
+async def _run_tool(req: tuple[Callable[..., Awaitable[Any]], dict[str, Any], ToolContext]) -> Any:
+    """The tool itself; a sync function in a thread of ours (ADK's own binding for its tool
+    thread pool, which comes before its run config's), never on the event loop."""
+    run, args, ctx = req
     with _use_executor_for_sync_callables(DAEMONS):
-        return await tool.run_async(args=args, tool_context=ctx)
+        return await run(args=args, tool_context=ctx)
 
 
 class StoppableRunner:
@@ -162,8 +194,10 @@ class StoppableRunner:
 
     def __init__(self, runner: Any, runtime: Runtime) -> None:
         plugins = getattr(getattr(runner, "plugin_manager", None), "plugins", [])
-        if not any(isinstance(p, TurnwatchPlugin) for p in plugins):
+        ours = [p for p in plugins if isinstance(p, TurnwatchPlugin)]
+        if not ours:
             raise TypeError("StoppableRunner: give the runner a TurnwatchPlugin (plugins=[…])")
+        self.plugin: TurnwatchPlugin = ours[0]
         self.runner, self.runtime = runner, runtime
         self.dispatch = dispatcher(runtime.host, "StoppableRunner")
 
@@ -197,7 +231,7 @@ class StoppableRunner:
 
         turn.on_stop.append(on_stop)
         watch = loop.create_task(self._watch(abort_signal, turn)) if abort_signal else None
-        running = RUN_TURN.set(turn)
+        running, plugin = RUN_TURN.set(turn), _PLUGIN.set(self.plugin)
         events = self.runner.run_async(
             user_id=user_id, session_id=session_id, abort_signal=native, **kwargs
         )
@@ -220,6 +254,7 @@ class StoppableRunner:
                 watch.cancel()
             turn.on_stop.remove(on_stop)
             RUN_TURN.reset(running)
+            _PLUGIN.reset(plugin)
         self.dispatch.unclaimed(sid)
         await turn.finish()
 
