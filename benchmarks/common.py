@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+import psutil
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -71,3 +75,38 @@ def per_call_rows(seconds: dict[str, float]) -> list[list[str]]:
         [name, fmt_s(s), "-" if name == "native" else f"{(s - native) * 1e6:+.0f} µs"]
         for name, s in seconds.items()
     ]
+
+
+def shares(seconds: dict[str, float], hook: str, target: str = "") -> list[list[object]]:
+    """Rows of a framework's per-call table: each variant's time per call, what it adds to the
+    native run's, and (a wrapped variant) turnwatch's share, what it adds over ``hook`` (the
+    framework's own cost of any hook), of the native cost."""
+    native = seconds["native"]
+    return [
+        [
+            name,
+            fmt_s(s),
+            "-" if name == "native" else f"{(s - native) * 1e6:+.0f} µs",
+            f"{(s - seconds[hook]) / native:+.1%}{target}" if name.startswith("wrapped") else "-",
+        ]
+        for name, s in seconds.items()
+    ]
+
+
+def sleeping(seconds: str) -> list[psutil.Process]:
+    """Live ``sleep <seconds>`` processes: what a stop benchmark's shell tool left running."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if p.info["cmdline"] == ["sleep", seconds] and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+    return out
+
+
+async def until(cond: Callable[[], object], timeout: float = 30.0) -> None:
+    """Until ``cond()`` holds (the tools of a benchmark's run have started)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the tools never started")
+        await asyncio.sleep(0.005)

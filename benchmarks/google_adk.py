@@ -145,36 +145,6 @@ async def per_call() -> dict[str, float]:
     )
 
 
-def _shares(seconds: dict[str, float], hook: str) -> list[list[object]]:
-    native = seconds["native"]
-    return [
-        [
-            name,
-            fmt_s(s),
-            "-" if name == "native" else f"{(s - native) * 1e6:+.0f} µs",
-            f"{(s - seconds[hook]) / native:+.1%}" if name.startswith("wrapped") else "-",
-        ]
-        for name, s in seconds.items()
-    ]
-
-
-def _sleeping(seconds: str) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if p.info["cmdline"] == ["sleep", seconds] and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-    return out
-
-
-async def _until(cond: Callable[[], object], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the tools never started")
-        await asyncio.sleep(0.005)
-
-
 class _Stop:
     """One side's stop, ``STOPS`` times: the settle times, and what each stop left."""
 
@@ -227,7 +197,7 @@ class _Stop:
                 user_id="u", session_id=sid, new_message=HI, abort_signal=abort, run_config=pool
             )
         run = asyncio.ensure_future(_drain(events))
-        await _until(lambda: _sleeping(self.seconds) and self.started)
+        await common.until(lambda: common.sleeping(self.seconds) and self.started)
         t0 = time.perf_counter()
         if self.wrapped:
             await rt.abort(sid)
@@ -235,7 +205,7 @@ class _Stop:
             abort.set()
         await run
         self.settle.append(time.perf_counter() - t0)
-        self.left += len(_sleeping(self.seconds))
+        self.left += len(common.sleeping(self.seconds))
         session = await runner.session_service.get_session(
             app_name="app", user_id="u", session_id=sid
         )
@@ -244,7 +214,7 @@ class _Stop:
             len(e.get_function_responses()) for e in session.events if e.error_code == ABORTED
         )
         self.cut += self.started - self.written  # begun, and never finished: half a write
-        for p in _sleeping(self.seconds):
+        for p in common.sleeping(self.seconds):
             with contextlib.suppress(psutil.Error):
                 p.kill()
 
@@ -270,7 +240,7 @@ async def stops() -> list[list[object]]:
 async def main() -> str:
     # ADK says, once a run, that the scripted model reports no token usage: not this table's.
     logging.getLogger("google_adk").setLevel(logging.ERROR)
-    rows = _shares(await per_call(), "native + an empty plugin")
+    rows = common.shares(await per_call(), "native + an empty plugin")
     head = ["", "per call", "over native", "turnwatch's share (over the empty plugin)"]
     return "\n".join(
         [

@@ -132,38 +132,6 @@ async def agent_per_call() -> dict[str, float]:
     )
 
 
-def _shares(seconds: dict[str, float], hook: str) -> list[list[object]]:
-    native = seconds["native"]
-    return [
-        [
-            name,
-            fmt_s(s),
-            "-" if name == "native" else f"{(s - native) * 1e6:+.0f} µs",
-            f"{(s - seconds[hook]) / native:+.1%} (target ≤ 10 %)"
-            if name.startswith("wrapped")
-            else "-",
-        ]
-        for name, s in seconds.items()
-    ]
-
-
-def _sleeping(seconds: str) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if p.info["cmdline"] == ["sleep", seconds] and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-    return out
-
-
-async def _until(cond: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the tools never started")
-        await asyncio.sleep(0.005)
-
-
 def _unanswered(messages: list[Any]) -> int:
     asked = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
@@ -226,7 +194,7 @@ class _Stop:
         run = asyncio.ensure_future(
             app.ainvoke(go, cfg, session=f"s{i}") if app is not None else graph.ainvoke(go, cfg)
         )
-        await _until(lambda: _sleeping(self.seconds) and self.runs["write"])
+        await common.until(lambda: common.sleeping(self.seconds) and self.runs["write"])
         t0 = time.perf_counter()
         if app is not None:
             await rt.abort(f"s{i}")
@@ -237,7 +205,7 @@ class _Stop:
             with contextlib.suppress(asyncio.CancelledError):
                 await run
             self.settle.append(time.perf_counter() - t0)
-        self.left += len(_sleeping(self.seconds))
+        self.left += len(common.sleeping(self.seconds))
         state = await graph.aget_state(cfg)
         self.unanswered += _unanswered(state.values.get("messages", []))
         before = self.runs["write"]
@@ -246,7 +214,7 @@ class _Stop:
         else:
             await graph.ainvoke(None, cfg)
         self.reran += self.runs["write"] - before
-        for p in _sleeping(self.seconds):
+        for p in common.sleeping(self.seconds):
             with contextlib.suppress(psutil.Error):
                 p.kill()
 
@@ -269,8 +237,12 @@ async def stops() -> list[list[object]]:
 
 
 async def main() -> str:
-    rows = _shares(await per_call(), "native + an empty awrap_tool_call hook")
-    agent_rows = _shares(await agent_per_call(), "native + an empty middleware")
+    rows = common.shares(
+        await per_call(), "native + an empty awrap_tool_call hook", " (target ≤ 10 %)"
+    )
+    agent_rows = common.shares(
+        await agent_per_call(), "native + an empty middleware", " (target ≤ 10 %)"
+    )
     head = ["", "per call", "over native", "turnwatch's share (over the hook)"]
     return "\n".join(
         [

@@ -46,7 +46,6 @@ from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.mcp_tool.mcp_tool import McpTool
 from google.adk.tools.tool_context import ToolContext
 from google.adk.utils._sync_runner import _use_executor_for_sync_callables
-from opentelemetry import trace
 
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
@@ -55,6 +54,7 @@ from turnwatch.integrations.wrappers import (
     ToolClassError,
     declared_class,
     dispatcher,
+    join_current_trace,
     stop_on_cancel,
     stopped_words,
 )
@@ -156,11 +156,7 @@ class TurnwatchPlugin(BasePlugin):
         under its class; what it returned, or the words of the stop that reached it. What it
         raised is raised (ADK's error callbacks see it)."""
         cls = self.classes.get(tool.name) or self.learn(tool)
-        if turn.traceparent is None:
-            # ADK's execute_tool span is current here: a stop then joins the run's trace.
-            span = trace.get_current_span().get_span_context()
-            if span.is_valid:
-                turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
+        join_current_trace(turn)  # ADK's execute_tool span, if the run had none of its own
         call_id = ctx.function_call_id or turn.next_call_id()
         value, error, result = await self.dispatch.run(
             turn, tool.name, cls, call_id, args, _run_tool, (run, args, ctx)
@@ -260,10 +256,7 @@ class StoppableRunner:
 
     def _turn(self, session: str) -> Turn:
         turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
-        # The span the run is called in is the stop's parent: the stop is in the run's trace.
-        span = trace.get_current_span().get_span_context()
-        if span.is_valid:
-            turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
+        join_current_trace(turn)  # the span the run is called in
         return turn
 
     async def _watch(self, signal: asyncio.Event, turn: Turn) -> None:

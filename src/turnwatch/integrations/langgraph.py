@@ -66,7 +66,6 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import RunControl
 from langgraph.types import Command
-from opentelemetry import trace
 
 from turnwatch.integrations import langgraph_approvals as approvals
 from turnwatch.integrations import langgraph_checkpoints as checkpoints
@@ -79,6 +78,7 @@ from turnwatch.integrations.wrappers import (
     ToolClassError,
     declared_class,
     dispatcher,
+    join_current_trace,
     require_async_process,
     stop_on_cancel,
 )
@@ -372,9 +372,7 @@ class StoppableGraph:
         turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
         # The span the run is called in (the application's, an instrumentation's) is the
         # stop's parent: the stop is in the run's trace. Only its ids: never inputs, outputs.
-        span = trace.get_current_span().get_span_context()
-        if span.is_valid:
-            turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
+        join_current_trace(turn)
         return turn, input
 
     async def _wait_for_approvals(self, turn: Turn, config: Any, interrupts: list[Any]) -> bool:

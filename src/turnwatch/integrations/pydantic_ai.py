@@ -36,7 +36,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from opentelemetry import trace
 from pydantic_ai import (
     Agent,
     DeferredToolRequests,
@@ -61,6 +60,7 @@ from turnwatch.integrations.wrappers import (
     ToolClassError,
     declared_class,
     dispatcher,
+    join_current_trace,
     require_async_process,
     run_command,
     stop_on_cancel,
@@ -125,9 +125,7 @@ class _Wrap(AbstractCapability[Any]):
         if self.stopped:  # the stop came as the run started
             ctx.cancel()
         # The run's span (pydantic-ai's invoke_agent, when instrumented) is the stop's parent.
-        span = trace.get_current_span().get_span_context()
-        if span.is_valid and self.turn.traceparent is None:
-            self.turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
+        join_current_trace(self.turn)
         try:
             return await handler()
         finally:

@@ -20,6 +20,8 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from opentelemetry import trace
+
 from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.host import LocalHost
 from turnwatch.runtime.model import (
@@ -106,6 +108,17 @@ async def stop_on_cancel(runtime: Runtime, turn: Turn) -> None:
         else asyncio.shield(turn.settled)
     )
     await asyncio.wait((stop,), timeout=runtime.grace_s + CANCEL_SLACK_S)
+
+
+def join_current_trace(turn: Turn) -> None:
+    """The span current here (the application's, an instrumentation's, the framework's own) is
+    the parent of ``turn``'s stop, unless the turn has one already: the stop is then in the
+    run's trace. Only its ids are taken: never a tool's inputs or outputs."""
+    if turn.traceparent is not None:
+        return
+    span = trace.get_current_span().get_span_context()
+    if span.is_valid:
+        turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
 
 
 #: What a framework's model is told of an approval the stop came before (it is refused).
