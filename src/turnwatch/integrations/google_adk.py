@@ -5,15 +5,15 @@ ADK 2.x stops a run with ``Runner.run_async(…, abort_signal=asyncio.Event)``: 
 cancelled, and every call left without an answer is sealed with an ``INVOCATION_ABORTED`` error
 response (not replayed on resume). What it does not do (``../shared/frameworks-next.md``,
 measured offline): a sync tool runs on the event loop by default, so the abort is not seen until
-it returns; with the tool thread pool the tool's subprocess is left running; and a write that
-finishes after the abort is sealed as aborted.
+it returns; with the tool thread pool the tool's subprocess is left running; and a write in
+flight is cancelled half done and sealed as aborted.
 
 Wrapped:
 
 - :class:`TurnwatchPlugin` (an ADK ``BasePlugin``, given to the runner's app) makes each tool
   call of a wrapped run a turnwatch call of the run's turn, where ADK runs it (the tool's
   ``run_async``, wrapped by the plugin's ``before_tool_callback``: ADK's confirmation gate
-  comes first, its error callbacks see the tool's errors), by its class: the runner's
+  comes first, its error callbacks see the tool's errors), by its class: the plugin's
   ``classes`` mapping by tool name, else ``turnwatch_class`` in the tool's ``custom_metadata``,
   else ``extension`` for an MCP tool (ADK's ``McpToolset``) and ``default_class`` for the
   others. An unknown class is refused when the plugin is built (for the tools it is given), or
@@ -68,8 +68,8 @@ _DONE = (Outcome.COMPLETED, Outcome.COMPLETED_AFTER_STOP)
 
 
 class TurnwatchPlugin(BasePlugin):
-    """Runs each tool call of a :class:`StoppableRunner`'s run under its class (see the
-    module); outside one, ADK runs it as it would."""
+    """Makes each tool call of a :class:`StoppableRunner`'s run a turnwatch call by its class
+    (see the module); outside one, ADK runs it as it would."""
 
     def __init__(
         self,
@@ -95,7 +95,8 @@ class TurnwatchPlugin(BasePlugin):
 
     def class_of(self, tool: BaseTool) -> ToolClass:
         """``tool``'s class: by name, else its metadata, else by its kind (an MCP tool is an
-        extension). A ``process`` tool must be an async function tool."""
+        extension). A ``process`` tool must be a function tool (its commands started with
+        ``run_command`` or ``run_command_sync``)."""
         if tool.name in self.named:
             cls = self.named[tool.name]
         else:
