@@ -79,6 +79,9 @@ class Tools:
         self.started: list[str] = []  # the write's side effect began
         self.written: list[str] = []
         self.spawned: list[subprocess.Popen[bytes]] = []
+        #: The write goes on only once this holds (a test's stop under way): it is in flight
+        #: when the stop comes however slowly the other tools start on a loaded machine.
+        self.hold: Callable[[], bool] = lambda: True
 
         async def look(q: str) -> str:
             """a slow read"""
@@ -104,6 +107,8 @@ class Tools:
             """a write that takes a while"""
             self.started.append(text)
             await asyncio.sleep(write_s)
+            while not self.hold():
+                await asyncio.sleep(0.005)
             self.written.append(text)
             return "written"
 
@@ -125,6 +130,16 @@ class Counted(MockModel):
         self.asked += 1
         async for r in super().generate_content_async(llm_request, stream):
             yield r
+
+
+def stopping(rt: Runtime, session: str) -> Callable[[], bool]:
+    """Whether a stop reached ``session``'s turn (or it settled)."""
+
+    def held() -> bool:
+        live = rt.session(session).live
+        return live is None or live.stopping
+
+    return held
 
 
 def model(*steps: types.Content) -> Counted:
@@ -171,6 +186,7 @@ async def test_native_an_abort_leaves_the_tree_running_and_seals_the_write_cut_s
     runner = InMemoryRunner(agent=LlmAgent(name="a", model=llm, tools=list(t.all)), app_name="app")
     sid = await new_session(runner)
     abort = asyncio.Event()
+    t.hold = abort.is_set  # under way at the abort: ADK's cancel then cuts it
     pool = RunConfig(tool_thread_pool_config=ToolThreadPoolConfig())
     run = asyncio.ensure_future(
         consume(
@@ -203,6 +219,7 @@ async def test_wrapped_every_call_has_its_real_outcome_and_nothing_runs_on(
     llm = model(STEP, says(call("w2", "write", text="b")))
     runner, app = wrapped(rt, t.all, llm)
     sid = await new_session(runner)
+    t.hold = stopping(rt, sid)  # the write ends only after the stop began: completed after it
     run = asyncio.ensure_future(consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
     await until(lambda: len(marked_alive(sid)) >= 3 and t.started, what="the tools")
     assert await rt.abort(sid) is Receipt.ACCEPTED
@@ -302,9 +319,11 @@ async def test_a_sync_tool_runs_off_the_loop_and_the_stop_awaits_it(
     entered = threading.Event()
 
     def save(text: str) -> str:
-        """a blocking write"""
+        """a blocking write, still under way a while after the stop reached it"""
         entered.set()
-        time.sleep(0.5)
+        while not stopped():
+            time.sleep(0.005)
+        time.sleep(0.3)
         done.append(text)
         return "saved"
 
@@ -320,6 +339,7 @@ async def test_a_sync_tool_runs_off_the_loop_and_the_stop_awaits_it(
         rt, [classed(save, "mutating")], model(says(call("s1", "save", text="a")))
     )
     sid = await new_session(runner)
+    stopped = stopping(rt, sid)
     heart = asyncio.ensure_future(beat())
     run = asyncio.ensure_future(consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
     await until(entered.is_set, what="the sync tool to start")
