@@ -157,17 +157,41 @@ class Procs:
         return out
 
     def kill_all(self) -> None:
+        """Kill what is still alive, with its children, and reap what of it is ours once it
+        has died: a zombie of this process left behind would be a later test's to explain."""
+        doomed = dict(self.known)
         for pid in self.alive():
             with contextlib.suppress(psutil.Error):
                 for child in psutil.Process(pid).children(recursive=True):
-                    child.kill()
+                    with contextlib.suppress(psutil.Error):
+                        doomed[child.pid] = child.create_time()
+                        child.kill()
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         for proc in self.popens:
             proc.wait()
-        for pid in list(self.known):
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
+        # A SIGKILL takes effect a moment later (longer on a loaded machine): wait for each to
+        # die before reaping, not one look (WNOHANG) that may come too soon.
+        # A zombie of a dying parent becomes ours (this process is a subreaper) a moment
+        # later: it gets half a second to.
+        deadline = time.monotonic() + 10
+        for pid, ct in doomed.items():
+            foreign_until = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                try:
+                    p = psutil.Process(pid)
+                    if p.create_time() != ct:
+                        break  # gone, and the pid reused
+                    if p.status() == psutil.STATUS_ZOMBIE:
+                        if p.ppid() == os.getpid():
+                            with contextlib.suppress(ChildProcessError, OSError):
+                                os.waitpid(pid, os.WNOHANG)
+                            break
+                        if time.monotonic() > foreign_until:
+                            break  # its parent's to reap
+                except psutil.Error:
+                    break
+                time.sleep(0.01)
 
 
 @pytest.fixture
