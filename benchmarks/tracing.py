@@ -20,8 +20,8 @@ from turnwatch.runtime.events import Event
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.tracing import view
 from turnwatch.tracing.ingest import ingest
-from turnwatch.tracing.ledger import Ledger, connect
-from turnwatch.tracing.ledger_file import _INSERT_EVENTS, _row
+from turnwatch.tracing.ledger import BATCH_MAX, Ledger, connect
+from turnwatch.tracing.ledger_file import _INSERT_EVENTS, _rows
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
 
@@ -151,13 +151,14 @@ def events(n: int, sessions: int) -> list[Event]:
 
 def ledger_rate(tmp: Path) -> list[list[object]]:
     """The writer's rate beside its floor, measured in the same run (#31): the same rows
-    inserted by one raw ``executemany`` per 2,000 in one transaction each, into a file of the
-    same schema; and ``ingest`` beside a plain ``orjson`` parse of the same lines."""
+    inserted by one raw ``executemany`` per batch of the writer's size, in one transaction each,
+    into a file of the same schema; and ``ingest`` beside a plain ``orjson`` parse of the same
+    lines."""
     import orjson
 
     evs = events(LEDGER_EVENTS, 2000)
     rates, raw = [], []
-    rows = [_row(e) for e in evs]
+    rows = _rows(evs)
     for rep in range(3):
         ledger = Ledger(tmp / f"rate{rep}.sqlite3")
         started = time.perf_counter()
@@ -168,12 +169,12 @@ def ledger_rate(tmp: Path) -> list[list[object]]:
         assert (ledger.written, ledger.lost) == (LEDGER_EVENTS, 0), "a rate of what was kept"
         conn = connect(tmp / f"raw{rep}.sqlite3")
         started = time.perf_counter()
-        for i in range(0, len(rows), 2000):
+        for i in range(0, len(rows), BATCH_MAX):
             # BEGIN and COMMIT said: connect() opens in autocommit (isolation_level=None), where
             # ``with conn:`` begins nothing and every row would be a transaction of its own
-            # (a floor of ~10,000 rows/s, not a floor).
+            # (a floor of ~10,000 rows/s, not a floor). The writer's batches, the same size.
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(_INSERT_EVENTS.row_sql, rows[i : i + 2000])
+            conn.executemany(_INSERT_EVENTS.row_sql, rows[i : i + BATCH_MAX])
             conn.execute("COMMIT")
         raw.append(LEDGER_EVENTS / (time.perf_counter() - started))
         conn.close()
@@ -218,7 +219,7 @@ def busy_inserts(tmp: Path) -> list[list[object]]:
     Every statement step releases the GIL; getting it back from a busy thread takes up to the
     switch interval (5 ms). One statement per batch against ``executemany``'s one per row.
     """
-    rows = [_row(e) for e in events(BUSY_ROWS, 20)]
+    rows = _rows(events(BUSY_ROWS, 20))
     results: dict[str, float] = {}
     for label in ("one statement per batch", "executemany, one step per row"):
         conn = connect(tmp / f"busy-{len(results)}.sqlite3")

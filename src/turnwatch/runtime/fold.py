@@ -199,6 +199,9 @@ class Store:
     ``max_released`` bounds a long-running reader's memory (spans and metrics of a watchdog
     that runs for weeks): past it, the oldest released calls are forgotten. A late event of a
     forgotten call then reads as a call first seen, which only a stream that late can notice.
+
+    A fold looks a state up in ``sessions`` and ``calls`` itself, and calls :meth:`session` and
+    :meth:`call` only for one first seen, which they create and keep.
     """
 
     def __init__(self, max_released: int | None = None) -> None:
@@ -264,7 +267,11 @@ class Fold:
         # The busiest function of a traced runtime's writer thread: every event, three times a
         # call. Plain lookups, no enum attribute access.
         kind, ts = ev.kind, ev.ts_unix
-        s = self.store.session(ev.session)
+        store = self.store
+        # The store's dicts first: a method call per lookup cost a tenth of the writer's work.
+        s = store.sessions.get(ev.session)
+        if s is None:
+            s = store.session(ev.session)
         if s.last_ts is None or ts > s.last_ts:
             s.last_ts = ts
         on_session = _SESSION_RULES.get(kind)
@@ -272,7 +279,9 @@ class Fold:
             return Step(on_session(s, ev), ev, s, None)
         if ev.call is None:
             return Step(_NONE, ev, s, None)
-        c = self.store.call(ev)
+        c = store.calls.get((ev.session, ev.call))
+        if c is None:
+            c = store.call(ev)
         if (ev.tool is not None and ev.tool != c.tool) or (
             ev.turn is not None and ev.turn != c.turn
         ):
@@ -280,7 +289,7 @@ class Fold:
         on_call = _CALL_RULES.get(kind)
         moves = on_call(c, ev, s) if on_call is not None else _NONE
         if moves is _RELEASED:
-            self.store.released(c)
+            store.released(c)
         settled = s.settled_ts
         if (
             settled is not None

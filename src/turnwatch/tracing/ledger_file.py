@@ -9,7 +9,7 @@ import contextlib
 import hashlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -305,19 +305,25 @@ def _open_readonly(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
         )
 
 
-def _row(ev: Event) -> tuple[Any, ...]:
-    return (
-        ev.ts_unix,
-        ev.mono_ns,
-        ev.session,
-        ev.turn,
-        ev.call,
-        ev.tool,
-        ev.kind,
-        codec.dumps_attrs(ev.attrs) if ev.attrs else "{}",
-        ev.trace_id,
-        ev.span_id,
-    )
+def _rows(events: Iterable[Event]) -> list[tuple[Any, ...]]:
+    """The ``events`` rows of ``events``, in :data:`_EVENT_COLS` order."""
+    # One expression, no call per event but the attributes' encoding: this runs per event.
+    dumps = codec.dumps_attrs
+    return [
+        (
+            ev.ts_unix,
+            ev.mono_ns,
+            ev.session,
+            ev.turn,
+            ev.call,
+            ev.tool,
+            ev.kind,
+            dumps(ev.attrs) if ev.attrs else "{}",
+            ev.trace_id,
+            ev.span_id,
+        )
+        for ev in events
+    ]
 
 
 _EVENT_COLS = (
@@ -354,14 +360,18 @@ def write_batch(
     record, stamped): a file ingested twice builds its spans once. Each table gets one statement
     per batch (see :mod:`batchsql`).
     """
-    keys = [key for _ev, key in batch if key is not None]
+    # One pass in C: the events, and whether any carries a key (native events carry none).
+    evs, keys = zip(*batch, strict=True) if batch else ((), ())
+    native = keys.count(None) == len(keys)
+    events: list[Event] = list(evs)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        # Native events carry no key: nothing to check, the whole batch is fresh.
-        events = _unseen(conn, batch, keys) if keys else [ev for ev, _key in batch]
+        # Native events: nothing to check, the whole batch is fresh.
+        if not native:
+            events = _unseen(conn, batch, [k for k in keys if k is not None])
         if events:
             events = summary.apply(conn, events, read)
-            _INSERT_EVENTS(conn, [_row(ev) for ev in events])
+            _INSERT_EVENTS(conn, _rows(events))
         conn.execute("COMMIT")
     except BaseException:
         summary.forget()  # its rows are ahead of the file now

@@ -35,25 +35,6 @@ COLUMNS = {"sessions": _SESSION_COLS, "calls": _CALL_COLS}
 MAX_CACHED_ROWS = 4096
 
 
-class _Rows(Store):
-    """The fold's store: rows read from the ledger, kept across batches, written back."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.touched_sessions: dict[str, SessionState] = {}
-        self.touched_calls: dict[tuple[str, str], CallState] = {}
-
-    def session(self, session: str) -> SessionState:
-        s = super().session(session)
-        self.touched_sessions[session] = s
-        return s
-
-    def call(self, ev: Event) -> CallState:
-        c = super().call(ev)
-        self.touched_calls[(c.session, c.call)] = c
-        return c
-
-
 class Summary:
     """Applies events to the summary rows; the writer thread owns it.
 
@@ -88,7 +69,7 @@ CREATE INDEX IF NOT EXISTS calls_late_grant ON calls (late_grant_ts)
         # it has not seen. They are valid while no other connection has committed: another
         # writer (the watchdog beside the runtime) may change a row, and ``PRAGMA data_version``,
         # read inside the batch's write transaction, says whether one did.
-        self._rows = _Rows()
+        self._rows = Store()
         self._fold = Fold(self._rows)
         self._version: int | None = None
         self.max_rows = max_rows
@@ -117,33 +98,41 @@ CREATE INDEX IF NOT EXISTS calls_late_grant ON calls (late_grant_ts)
         if version != self._version or len(rows.calls) + len(rows.sessions) > self.max_rows:
             self.forget()
         events = list(events)
-        self._prefetch(conn, events)
-        rows.touched_sessions.clear()
-        rows.touched_calls.clear()
+        sids, pairs = self._prefetch(conn, events)
         fold = self._fold
         if read is None:
             for ev in events:
                 fold(ev)
         else:
             events = [read(fold(ev)) for ev in events]
-        # Write each touched row once, however many events it saw.
-        _SESSION_UPSERT(conn, map(_session_values, rows.touched_sessions.values()))
-        _CALL_UPSERT(conn, map(_call_values, rows.touched_calls.values()))
+        # Write each row the batch touched once, however many events it saw. Every event's
+        # session is folded; a call may not be (a session event naming one), and then has no
+        # row unless it had one already, which is written back as it was.
+        sessions, calls = rows.sessions, rows.calls
+        _SESSION_UPSERT(conn, [_session_values(sessions[sid]) for sid in sids])
+        _CALL_UPSERT(conn, [_call_values(calls[p]) for p in pairs if p in calls])
         # Our own commit does not move our data_version; another connection's does.
         self._version = version
         return events
 
-    def _prefetch(self, conn: sqlite3.Connection, events: list[Event]) -> None:
-        """Read the rows the batch touches that are not kept: one query per table."""
+    def _prefetch(
+        self, conn: sqlite3.Connection, events: list[Event]
+    ) -> tuple[set[str], set[tuple[str, str]]]:
+        """Read the rows the batch touches that are not kept: one query per table. Returns
+        the sessions and the calls the batch names."""
         rows = self._rows
-        sids = list({ev.session for ev in events} - rows.sessions.keys())
-        for r in _SESSIONS_OF(conn, sids):
+        # Built in C (map, zip, attrgetter): these run per event.
+        named = list(map(_SESSION_OF, events))
+        sids = set(named)
+        for r in _SESSIONS_OF(conn, list(sids - rows.sessions.keys())):
             rows.sessions[r["session"]] = SessionState(**dict(r))
-        pairs = {(ev.session, ev.call) for ev in events if ev.call is not None}
+        named_calls = set(zip(named, map(_CALL_OF, events), strict=True))
+        pairs = {(sid, call) for sid, call in named_calls if call is not None}
         for r in _CALLS_OF(conn, [p for p in pairs if p not in rows.calls]):
             d = dict(r)
             d["tool_class"] = d.pop("class")
             rows.calls[(r["session"], r["call"])] = CallState(**d)
+        return sids, pairs
 
 
 _SESSION_UPSERT = batchsql.Insert("sessions", _SESSION_COLS, replace=True)
@@ -159,6 +148,8 @@ _CALLS_OF = batchsql.Lookup(
     "calls.session = json_extract(k.value, '$[0]') AND calls.call = json_extract(k.value, '$[1]')",
     "SELECT * FROM calls WHERE session = ? AND call = ?",
 )
+_SESSION_OF = operator.attrgetter("session")
+_CALL_OF = operator.attrgetter("call")
 # A state → its values in column order (attrgetter: a tuple, built in C).
 _session_values = operator.attrgetter(*_SESSION_COLS)
 _call_values = operator.attrgetter(*(f.name for f in fields(CallState)))
