@@ -171,9 +171,8 @@ class Procs:
         for proc in self.popens:
             proc.wait()
         # A SIGKILL takes effect a moment later (longer on a loaded machine): wait for each to
-        # die before reaping, not one look (WNOHANG) that may come too soon.
-        # A zombie of a dying parent becomes ours (this process is a subreaper) a moment
-        # later: it gets half a second to.
+        # die before reaping, not one look (WNOHANG) that may come too soon. A zombie whose
+        # parent is dying becomes ours (this process is a subreaper): it gets half a second to.
         deadline = time.monotonic() + 10
         for pid, ct in doomed.items():
             foreign_until = time.monotonic() + 0.5

@@ -241,7 +241,10 @@ async def test_no_zombies_after_a_hundred_stops(mode: str, sink: MemorySink) -> 
                     out.append(f"{pid} ({p.status()})")
         return out
 
-    await until(lambda: not left(), timeout=SLACK_S, what="every process of the calls reaped")
+    try:
+        await until(lambda: not left(), timeout=SLACK_S, what="every process of the calls reaped")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; still there: {', '.join(left())}") from None
     assert check_invariants(sink.events) == []
 
 
