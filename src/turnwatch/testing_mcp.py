@@ -1,6 +1,6 @@
 """An MCP server (stdio) that answers a cancel in each of the ways real servers do.
 
-    python -m turnwatch.testing_mcp [--log FILE]
+    python -m turnwatch.testing_mcp [--log FILE] [--calls FILE]
 
 Hand-written JSON-RPC rather than the SDK's server, because the SDK always does the polite thing
 (no reply after ``notifications/cancelled``) and tests of a runtime need the impolite ones too:
@@ -9,7 +9,8 @@ Hand-written JSON-RPC rather than the SDK's server, because the SDK always does 
 - ``errors_on_cancel(seconds)`` replies ``Request cancelled`` (an error) when cancelled;
 - ``never_replies()`` swallows the cancel and never answers.
 
-Each reports progress when the caller asked for it. ``--log`` appends every cancel received.
+Each reports progress when the caller asked for it. ``--log`` appends the request id of every
+cancel received, ``--calls`` that of every ``tools/call``.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ TOOLS = [
 
 
 class Server:
-    def __init__(self, log: str | None) -> None:
-        self.log = log
+    def __init__(self, log: str | None, calls: str | None = None) -> None:
+        self.log, self.calls_log = log, calls
         self.calls: dict[Any, asyncio.Event] = {}
         self.tasks: set[asyncio.Task[None]] = set()  # strong references while they run
 
@@ -94,6 +95,7 @@ class Server:
         elif method == "tools/list":
             self.send({"id": rid, "result": {"tools": TOOLS}})
         elif method == "tools/call":
+            _append(self.calls_log, rid)
             token = (params.get("_meta") or {}).get("progressToken")
             task = asyncio.ensure_future(
                 self.call(rid, params["name"], params.get("arguments") or {}, token)
@@ -103,15 +105,19 @@ class Server:
         elif method == "notifications/cancelled":
             target = params.get("requestId")
             self.calls.setdefault(target, asyncio.Event()).set()
-            if self.log:
-                with open(self.log, "a") as fh:
-                    fh.write(f"{target}\n")
+            _append(self.log, target)
         elif rid is not None and method is not None:
             self.send({"id": rid, "result": {}})  # ping and friends
 
 
-async def main(log: str | None) -> None:
-    server = Server(log)
+def _append(path: str | None, rid: Any) -> None:
+    if path:
+        with open(path, "a") as fh:
+            fh.write(f"{rid}\n")
+
+
+async def main(log: str | None, calls: str | None) -> None:
+    server = Server(log, calls)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=16 * 1024 * 1024)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -122,4 +128,6 @@ async def main(log: str | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log", help="append the id of every cancel received to this file")
-    asyncio.run(main(parser.parse_args().log))
+    parser.add_argument("--calls", help="append the id of every tools/call to this file")
+    args = parser.parse_args()
+    asyncio.run(main(args.log, args.calls))

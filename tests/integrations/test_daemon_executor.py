@@ -7,7 +7,7 @@ import threading
 import weakref
 
 from tests.conftest import wait_until
-from turnwatch.integrations.wrappers import DaemonExecutor
+from turnwatch.integrations.daemon_threads import DaemonExecutor
 
 
 def test_threads_are_daemons_and_are_reused() -> None:

@@ -47,9 +47,9 @@ from google.adk.tools.mcp_tool.mcp_tool import McpTool
 from google.adk.tools.tool_context import ToolContext
 from google.adk.utils._sync_runner import _use_executor_for_sync_callables
 
+from turnwatch.integrations.daemon_threads import DAEMONS
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
-    DAEMONS,
     RUN_TURN,
     ToolClassError,
     declared_class,

@@ -73,6 +73,7 @@ from turnwatch.integrations import langgraph_stream as stream_read
 from turnwatch.integrations.langgraph_checkpoints import LEFT, stopped_words
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
+    HOSTED_KEY,
     RUN_TURN,
     Dispatcher,
     ToolClassError,
@@ -101,16 +102,23 @@ Execute = Callable[[ToolCallRequest], Awaitable[Any]]
 class _Hook:
     """The ``awrap_tool_call`` of a wrapped ``ToolNode``: each call a call of the run's turn."""
 
-    def __init__(self, runtime: Runtime, classes: dict[str, ToolClass], default: ToolClass):
-        self.classes, self.default = classes, default
+    def __init__(self, runtime: Runtime, tools: Sequence[BaseTool], default: ToolClass):
+        self.classes: dict[str, ToolClass] = {}
+        self.default = default
         self.dispatch: Dispatcher = dispatcher(runtime.host, "tool_node")
-        self.dispatch.add_tools(list(classes))
-        self.dispatch.classes.update(classes)
+        for t in tools:  # every class checked before any tool is registered
+            self.classes[t.name] = _class_of(t, default)
+        for t in tools:
+            self.learn(t)
 
-    def learn(self, name: str, cls: ToolClass) -> None:
-        """A tool first seen at its call (one another middleware added): its class, now."""
-        self.dispatch.add_tools([name])
-        self.classes[name] = self.dispatch.classes[name] = cls
+    def learn(self, tool: BaseTool) -> None:
+        """A tool, by its metadata: its class (a tool first seen at its call, one another
+        middleware added, is classed then, before it runs) and whether it runs hosted."""
+        cls = self.classes.get(tool.name) or _class_of(tool, self.default)
+        self.dispatch.add_tools([tool.name])
+        self.classes[tool.name] = self.dispatch.classes[tool.name] = cls
+        if (tool.metadata or {}).get(HOSTED_KEY):
+            self.dispatch.hosted.add(tool.name)
 
     async def __call__(self, request: ToolCallRequest, execute: Execute) -> Any:
         turn = RUN_TURN.get()
@@ -151,7 +159,11 @@ class _Hook:
 
 def _class_of(tool: BaseTool, default: ToolClass) -> ToolClass:
     """The tool's declared class; a process tool must be an async function (``@tool async
-    def``) that starts its commands with ``run_command``."""
+    def``) that starts its commands with ``run_command``. An MCP tool (``langchain.mcp``'s,
+    whose metadata has ``mcp``) is an ``extension`` unless it says otherwise, as the ADR
+    classes MCP calls, whatever ``default`` the other tools get."""
+    if "mcp" in (tool.metadata or {}):
+        default = ToolClass.EXTENSION
     cls = declared_class(tool.name, tool.metadata, default)
     require_async_process(tool.name, cls, getattr(tool, "coroutine", None), "run_command")
     return cls
@@ -169,8 +181,7 @@ def tool_node(
     if "awrap_tool_call" in kwargs or "wrap_tool_call" in kwargs:
         raise TypeError("tool_node sets the node's tool-call hook itself")
     default = declared_class("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
-    classes = {t.name: _class_of(t, default) for t in tools}
-    return ToolNode(list(tools), awrap_tool_call=_Hook(runtime, classes, default), **kwargs)
+    return ToolNode(list(tools), awrap_tool_call=_Hook(runtime, tools, default), **kwargs)
 
 
 class StoppableGraph:

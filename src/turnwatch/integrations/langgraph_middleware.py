@@ -27,7 +27,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from turnwatch.integrations.langgraph import _class_of, _Hook
+from turnwatch.integrations.langgraph import _Hook
 from turnwatch.integrations.wrappers import CLASS_KEY, declared_class
 from turnwatch.runtime.model import ToolClass
 from turnwatch.runtime.runtime import Runtime
@@ -47,14 +47,14 @@ class TurnwatchMiddleware(AgentMiddleware):
     ) -> None:
         super().__init__()
         default = declared_class("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
-        self.hook = _Hook(runtime, {t.name: _class_of(t, default) for t in tools}, default)
+        self.hook = _Hook(runtime, tools, default)
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
     ) -> Any:
         tool = request.tool
         if tool is not None and tool.name not in self.hook.classes:
-            self.hook.learn(tool.name, _class_of(tool, self.hook.default))
+            self.hook.learn(tool)
         return await self.hook(request, handler)
 
     def wrap_tool_call(

@@ -8,7 +8,7 @@ from typing import Any
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from turnwatch.integrations.langgraph import Execute, _class_of, _Hook
+from turnwatch.integrations.langgraph import Execute, _Hook
 from turnwatch.integrations.wrappers import CLASS_KEY, declared_class
 from turnwatch.runtime.model import ToolClass
 from turnwatch.runtime.runtime import Runtime
@@ -25,8 +25,7 @@ def wrap_tool_node(
     call); its sync hook (``wrap_tool_call``) is kept for the sync path."""
     default = declared_class("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
     tools = list(node.tools_by_name.values())
-    classes = {t.name: _class_of(t, default) for t in tools}
-    hook = _Hook(runtime, classes, default)
+    hook = _Hook(runtime, tools, default)
     inner = getattr(node, "_awrap_tool_call", None)
 
     async def outer(request: ToolCallRequest, execute: Execute) -> Any:

@@ -50,9 +50,9 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
+from turnwatch.integrations.daemon_threads import DAEMONS
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
-    DAEMONS,
     RUN_TURN,
     STOPPED,
     CommandAbortedError,

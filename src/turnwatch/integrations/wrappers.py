@@ -9,19 +9,21 @@ imports a framework.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import dataclasses
 import functools
 import inspect
-import queue
-import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from mcp import ClientSession, types
+from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 
+# Moved to daemon_threads; still importable from here (the wrappers' public names).
+from turnwatch.integrations.daemon_threads import DAEMONS as DAEMONS
+from turnwatch.integrations.daemon_threads import DaemonExecutor as DaemonExecutor
 from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.host import LocalHost
 from turnwatch.runtime.model import (
@@ -36,10 +38,15 @@ from turnwatch.runtime.protocol import HostResult, HostStatus, Started
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 from turnwatch.runtime.tools.context import ToolContext
+from turnwatch.runtime.tools.mcp import send_call
 from turnwatch.runtime.tools.process import run_process
 
 #: The tool metadata key naming a tool's class.
 CLASS_KEY = "turnwatch_class"
+#: The tool metadata key (true) of a tool whose body needs its call's stop: an MCP tool that
+#: names its request in ``notifications/cancelled`` (:func:`call_mcp_tool`). Its calls run on
+#: the host, as a process tool's do, whatever their class.
+HOSTED_KEY = "turnwatch_hosted"
 Handler = Callable[[Any], Any]
 #: A framework tool's answer to the runtime: the value itself goes to the framework, and the
 #: ledger records outcomes, not values (so no text of it is made, or kept with the call).
@@ -52,7 +59,8 @@ class ToolClassError(TurnwatchError, ValueError):
 
 
 class CommandAbortedError(TurnwatchError):
-    """A stop ended the command :func:`run_command` started (its tool is being released)."""
+    """A stop ended what a hosted tool started: the command :func:`run_command` started, or the
+    MCP request :func:`call_mcp_tool` sent (its tool is being released)."""
 
 
 class CommandResult(NamedTuple):
@@ -199,6 +207,8 @@ class Dispatcher:
         #: A paused call's resumed run goes under another turnwatch id (an id is used once in a
         #: session): (session, the framework's call id) → that id.
         self.renamed: dict[tuple[str, str], str] = {}
+        #: Tools whose calls run on the host whatever their class (:data:`HOSTED_KEY`).
+        self.hosted: set[str] = set()
 
     def unclaimed(self, session: str) -> None:
         """Approved calls of ``session`` the framework never ran (its run ended or failed
@@ -242,11 +252,11 @@ class Dispatcher:
 
         Run in place, no host round trip (``Turn.run_call``): a read-only call in this task,
         the others in a task the framework's cancel cannot reach. A process call (its commands
-        need the call's ``ToolContext``) or one an approval asked for goes through the host,
-        to :meth:`execute`.
+        need the call's ``ToolContext``), a hosted tool's (:data:`HOSTED_KEY`) or one an
+        approval asked for goes through the host, to :meth:`execute`.
         """
         key = (turn.session.id, call_id)
-        if key not in self.slots and cls is not ToolClass.PROCESS:
+        if key not in self.slots and cls is not ToolClass.PROCESS and tool not in self.hosted:
             local = Local(functools.partial(handler, handler_args))
             result = await turn.run_call(tool, local, args, call_id=call_id, tool_class=cls)
             return local.value, local.error, result
@@ -361,54 +371,29 @@ def run_command_sync(
     return asyncio.run_coroutine_threadsafe(run_command(argv, cwd=cwd, env=env), loop).result()
 
 
-class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
-    """Daemon threads, reused: one a stop abandons cannot hold the interpreter open.
+async def call_mcp_tool(
+    session: ClientSession, tool: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """Call an MCP tool from a hosted tool's body (:data:`HOSTED_KEY`): the raw result.
 
-    A ``ThreadPoolExecutor`` so that it can be an event loop's default executor (the OpenAI
-    Agents SDK runs sync tools with ``asyncio.to_thread``), whose shutdown then waits for none.
-    A job goes to an idle thread if there is one, else to a new thread: a thread blocked in an
-    abandoned tool never delays the next job. Idle threads end after ``idle_s``. (A thread per
-    job cost pydantic-ai ~0.8 ms a run here: it runs a sync model function in its executor.)
+    In a wrapped call, the stop's ``tools.abort`` sends ``notifications/cancelled`` naming this
+    very request, and the result is still awaited (an ``extension`` call's policy); a
+    ``read_only`` call the stop discards abandons the request, and the server is told so too.
+    An error reply to a call the stop cancelled is the server's answer to the cancel:
+    :class:`CommandAbortedError` (the call is ``aborted``). Outside a wrapped call, a plain
+    ``tools/call``; an error reply raises the SDK's ``MCPError``.
     """
-
-    def __init__(self, idle_s: float = 30.0) -> None:
-        super().__init__(max_workers=1)  # the base's own pool is never used
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._idle = threading.Semaphore(0)  # one token per idle thread
-        self._idle_s = idle_s
-
-    def submit(
-        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-    ) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-        def job() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as exc:
-                future.set_exception(exc)
-
-        self._jobs.put(job)
-        if not self._idle.acquire(blocking=False):  # no idle thread took it on: a new one
-            threading.Thread(target=self._work, name="turnwatch-sync-tool", daemon=True).start()
-        return future
-
-    def _work(self) -> None:
-        while True:
-            try:
-                job = self._jobs.get(timeout=self._idle_s)
-            except queue.Empty:
-                if self._idle.acquire(blocking=False):
-                    return  # idle too long: this thread's token taken back, it ends
-                continue  # a submit counted on an idle thread: its job is on the way
-            job()
-            del job  # an idle thread must not keep its last job's arguments and result alive
-            self._idle.release()
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        return  # nothing to wait for: every thread is a daemon
-
-
-DAEMONS = DaemonExecutor()
+    slot = _CURRENT.get()
+    ctx = slot.ctx if slot is not None else None
+    try:
+        return await send_call(ctx, session, tool, arguments)
+    except MCPError as exc:
+        if (
+            slot is None
+            or ctx is None
+            or not ctx.cancelled.is_set()
+            or exc.code == types.CONNECTION_CLOSED
+        ):
+            raise
+        slot.aborted = HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
+        raise CommandAbortedError(f"the MCP server ended it at the stop: {exc.message}") from exc

@@ -16,12 +16,12 @@ from agents import Agent, FunctionTool, Handoff, Runner, RunState, ToolApprovalI
 from agents.result import RunResultStreaming
 from agents.tool_context import ToolContext
 
+from turnwatch.integrations.daemon_threads import DAEMONS
 from turnwatch.integrations.openai_agents.nesting import CALL_SCOPE, agent_of, nested_run
 from turnwatch.integrations.openai_agents.spans import FunctionSpans, traceparent
 from turnwatch.integrations.openai_agents.stream import StoppableStream
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
-    DAEMONS,
     RUN_TURN,
     STOPPED,
     CommandAbortedError,

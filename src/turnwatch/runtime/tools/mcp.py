@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,22 +106,49 @@ class McpServer:
         session = self.session
         if session is None:
             return HostResult(HostStatus.ERROR, error=f"MCP server {self.config.name!r} is gone")
-        rid = f"turnwatch-{next(_ids)}"  # not an integer: never collides with the SDK's own ids
+        request = send_call(ctx, session, tool, dict(ctx.args))
+        ctx.notify(Started())
+        return await _outcome(request, ctx.cancelled.is_set)
 
-        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+
+def send_call(
+    ctx: ToolContext | None,
+    session: ClientSession,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    cancel_on_abandon: bool = True,
+) -> asyncio.Future[dict[str, Any]]:
+    """Send ``tools/call`` for the call ``ctx`` runs (None: no call of a turn): its raw result,
+    or the ``MCPError`` of an error reply.
+
+    When tools.abort arrives first, ``notifications/cancelled`` naming this very request is
+    sent, and the result is still awaited (the ADR's ``await`` policy): a late real result, an
+    error reply, or none. The request is sent under an id minted here, because the SDK offers
+    no public way to learn a request's id before its result arrives; the dispatcher's
+    ``CallOptions["request_id"]`` is that way (mcp 2.x, pinned in pyproject). Whoever
+    abandons the returned future (its own task cancelled: not a stop) abandons the request;
+    ``cancel_on_abandon`` then has the SDK tell the server so.
+    """
+    rid = f"turnwatch-{next(_ids)}"  # not an integer: never collides with the SDK's own ids
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        if ctx is not None:
             ctx.notify(Progress(text=message or "", progress=progress, total=total))
 
-        # The SDK offers no public way to learn a request's id before its result arrives; the
-        # dispatcher's CallOptions["request_id"] is that way (mcp 2.x, pinned in pyproject).
+    async def send() -> dict[str, Any]:
         request = asyncio.ensure_future(
             session._dispatcher.send_raw_request(
                 "tools/call",
-                {"name": tool, "arguments": dict(ctx.args)},
-                CallOptions(request_id=rid, on_progress=on_progress, cancel_on_abandon=False),
+                {"name": tool, "arguments": arguments},
+                CallOptions(
+                    request_id=rid, on_progress=on_progress, cancel_on_abandon=cancel_on_abandon
+                ),
             )
         )
-        ctx.notify(Started())
-        stop = asyncio.ensure_future(ctx.abort_arrived.wait())
+        stop = asyncio.ensure_future(
+            ctx.abort_arrived.wait() if ctx is not None else asyncio.Event().wait()
+        )
         try:
             await asyncio.wait((request, stop), return_when=asyncio.FIRST_COMPLETED)
             if not request.done():
@@ -133,16 +160,21 @@ class McpServer:
                             )
                         )
                     )
-            return await _outcome(request, ctx.cancelled.is_set())
+            return await request
         finally:
             stop.cancel()
+            request.cancel()  # abandoned (our own task cancelled): the SDK forgets it
+
+    return asyncio.ensure_future(send())
 
 
-async def _outcome(request: asyncio.Future[dict[str, Any]], stopped: bool) -> HostResult:
+async def _outcome(
+    request: asyncio.Future[dict[str, Any]], stopped: Callable[[], bool]
+) -> HostResult:
     try:
         raw = await request
     except MCPError as exc:
-        if exc.code == types.CONNECTION_CLOSED or not stopped:
+        if exc.code == types.CONNECTION_CLOSED or not stopped():
             return HostResult(HostStatus.ERROR, error=f"MCP error {exc.code}: {exc.message}")
         # An error reply to a call we cancelled: the server's answer to the cancel.
         return HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
