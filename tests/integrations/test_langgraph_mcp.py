@@ -75,6 +75,11 @@ def _lines(path: Path) -> list[str]:
 
 
 @pytest.fixture
+def rt(runtime: Runtime) -> Runtime:
+    return runtime
+
+
+@pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
     srv = Server(tmp_path)
     async with srv.client:  # one server process for the test
@@ -99,12 +104,16 @@ def outcomes(sink: MemorySink) -> dict[str, Any]:
     }
 
 
+def wrapped(rt: Runtime, tools: list[BaseTool], model: Scripted) -> StoppableGraph:
+    """The model's graph, its tools in a wrapped ``ToolNode``, run on ``rt``."""
+    return StoppableGraph(agent_graph(tool_node(tools, rt), model, InMemorySaver()), rt)
+
+
 async def stop_midway(rt: Runtime, app: StoppableGraph, server: Server, session: str) -> Any:
     """Run the graph, stop it once the server got the call, and return its final state."""
     cfg = {"configurable": {"thread_id": session}}
     run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session=session))
     await until(lambda: bool(server.called()), what="the server to get the call")
-    await asyncio.sleep(0.2)  # the call under way at the server
     assert await rt.abort(session) is Receipt.ACCEPTED
     return await asyncio.wait_for(run, 10)
 
@@ -127,13 +136,10 @@ async def test_native_a_cancelled_run_abandons_the_call_and_loses_its_reply(
 
 
 async def test_wrapped_the_stop_cancels_the_very_request_and_awaits_its_late_result(
-    runtime: Runtime, sink: MemorySink, server: Server
+    rt: Runtime, sink: MemorySink, server: Server
 ) -> None:
-    rt = runtime
     tools = await mcp_tools(server.client)
-    app = StoppableGraph(
-        agent_graph(tool_node(tools, rt), script("deploy", seconds=DEPLOY_S), InMemorySaver()), rt
-    )
+    app = wrapped(rt, tools, script("deploy", seconds=DEPLOY_S))
     started = time.monotonic()
     final = await stop_midway(rt, app, server, "w")
     assert time.monotonic() - started >= DEPLOY_S  # abort() waited for the server's reply
@@ -147,13 +153,11 @@ async def test_wrapped_the_stop_cancels_the_very_request_and_awaits_its_late_res
 
 
 async def test_wrapped_an_error_reply_to_the_cancel_is_the_calls_abort(
-    runtime: Runtime, sink: MemorySink, server: Server
+    rt: Runtime, sink: MemorySink, server: Server
 ) -> None:
-    rt = runtime
     tools = await mcp_tools(server.client)
     model = script("errors_on_cancel", seconds=30)
-    app = StoppableGraph(agent_graph(tool_node(tools, rt), model, InMemorySaver()), rt)
-    final = await stop_midway(rt, app, server, "e")
+    final = await stop_midway(rt, wrapped(rt, tools, model), server, "e")
     assert server.cancelled() == server.called()
     said = answer(final["messages"])
     assert said.status == "error"
@@ -163,15 +167,13 @@ async def test_wrapped_an_error_reply_to_the_cancel_is_the_calls_abort(
 
 
 async def test_wrapped_a_read_only_mcp_call_is_discarded_and_its_server_told(
-    runtime: Runtime, sink: MemorySink, server: Server
+    rt: Runtime, sink: MemorySink, server: Server
 ) -> None:
-    rt = runtime
     tools = await mcp_tools(server.client)
     for t in tools:
         t.metadata = {**(t.metadata or {}), "turnwatch_class": "read_only"}
     model = script("never_replies")
-    app = StoppableGraph(agent_graph(tool_node(tools, rt), model, InMemorySaver()), rt)
-    final = await stop_midway(rt, app, server, "r")
+    final = await stop_midway(rt, wrapped(rt, tools, model), server, "r")
     assert "discarded" in str(answer(final["messages"]).content)
     await until(lambda: server.cancelled() == server.called(), what="the server told")
     assert [e.call for e in sink if e.kind == names.TOOL_RESULT_DISCARDED] == ["m1"]
@@ -179,9 +181,8 @@ async def test_wrapped_a_read_only_mcp_call_is_discarded_and_its_server_told(
 
 
 async def test_wrapped_a_client_group_cancels_at_the_calls_own_server_only(
-    runtime: Runtime, sink: MemorySink, tmp_path: Path
+    rt: Runtime, sink: MemorySink, tmp_path: Path
 ) -> None:
-    rt = runtime
     a, b = Server(tmp_path, "a"), Server(tmp_path, "b")
     group = ClientGroup({"a": a.client, "b": b.client})
     async with group:
@@ -189,8 +190,7 @@ async def test_wrapped_a_client_group_cancels_at_the_calls_own_server_only(
         names_ = {t.name for t in tools}
         assert {"a_deploy", "b_deploy"} <= names_
         model = script("b_deploy", seconds=DEPLOY_S)
-        app = StoppableGraph(agent_graph(tool_node(tools, rt), model, InMemorySaver()), rt)
-        final = await stop_midway(rt, app, b, "g")
+        final = await stop_midway(rt, wrapped(rt, tools, model), b, "g")
     assert b.cancelled() == b.called() != []
     assert a.called() == a.cancelled() == []
     assert "cancel ignored" in str(answer(final["messages"]).content)
@@ -198,11 +198,10 @@ async def test_wrapped_a_client_group_cancels_at_the_calls_own_server_only(
 
 
 async def test_create_agent_middleware_learns_an_mcp_tool_at_its_call(
-    runtime: Runtime, sink: MemorySink, server: Server
+    rt: Runtime, sink: MemorySink, server: Server
 ) -> None:
     """An MCP tool the middleware was not given (``create_agent``'s tools only) is classed and
     hosted when first called: the stop still cancels its request and awaits it."""
-    rt = runtime
     from langchain.agents import create_agent
 
     from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
@@ -227,30 +226,28 @@ def _classes(sink: MemorySink) -> set[Any]:
 
 
 async def test_an_mcp_tool_is_an_extension_unless_its_metadata_says_otherwise(
-    runtime: Runtime, server: Server
+    rt: Runtime, server: Server
 ) -> None:
-    rt = runtime
     tools = await mcp_tools(server.client)
     tool_node(tools, rt, default_class="read_only")
     classes = dispatcher(rt.host, "test").classes
     assert {classes[t.name] for t in tools} == {ToolClass.EXTENSION}
     tools[0].metadata = {**(tools[0].metadata or {}), "turnwatch_class": "deploying"}
     with pytest.raises(ToolClassError, match="deploying"):
-        tool_node(tools, Runtime(type(rt.host)()))
+        tool_node(tools, rt)  # refused before any tool is registered
 
 
 async def test_langchain_mcps_own_tools_are_extension_calls_awaited(
-    runtime: Runtime, sink: MemorySink, server: Server
+    rt: Runtime, sink: MemorySink, server: Server
 ) -> None:
     """``MCPAdapter``'s own tools, not :func:`mcp_tools`': classed ``extension`` from their
     metadata (not the default ``mutating``), and awaited at the stop (no cancel is sent: their
     request is the SDK's)."""
-    rt = runtime
     tools = await MCPAdapter(server.client).list_tools()
     model = script("deploy", seconds=DEPLOY_S)
-    app = StoppableGraph(agent_graph(tool_node(tools, rt), model, InMemorySaver()), rt)
-    final = await stop_midway(rt, app, server, "lc")
+    final = await stop_midway(rt, wrapped(rt, tools, model), server, "lc")
     assert "cancel ignored" not in str(answer(final["messages"]).content)  # never told
+    assert server.cancelled() == []
     assert "deploy finished" in str(answer(final["messages"]).content)
     assert _classes(sink) == {"extension"}
     assert outcomes(sink) == {"m1": "completed_after_stop"}

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from mcp import ClientSession, types
+from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 
@@ -38,7 +38,7 @@ from turnwatch.runtime.protocol import HostResult, HostStatus, Started
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.session import Turn
 from turnwatch.runtime.tools.context import ToolContext
-from turnwatch.runtime.tools.mcp import send_call
+from turnwatch.runtime.tools.mcp import answers_the_cancel, send_call
 from turnwatch.runtime.tools.process import run_process
 
 #: The tool metadata key naming a tool's class.
@@ -388,12 +388,7 @@ async def call_mcp_tool(
     try:
         return await send_call(ctx, session, tool, arguments)
     except MCPError as exc:
-        if (
-            slot is None
-            or ctx is None
-            or not ctx.cancelled.is_set()
-            or exc.code == types.CONNECTION_CLOSED
-        ):
+        if slot is None or not answers_the_cancel(exc, ctx):
             raise
         slot.aborted = HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
         raise CommandAbortedError(f"the MCP server ended it at the stop: {exc.message}") from exc

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,19 +106,25 @@ class McpServer:
         session = self.session
         if session is None:
             return HostResult(HostStatus.ERROR, error=f"MCP server {self.config.name!r} is gone")
-        request = send_call(ctx, session, tool, dict(ctx.args))
-        ctx.notify(Started())
-        return await _outcome(request, ctx.cancelled.is_set)
+        ctx.notify(Started())  # the request is written once this task next yields
+        try:
+            raw = await send_call(ctx, session, tool, dict(ctx.args))
+        except MCPError as exc:
+            if answers_the_cancel(exc, ctx):
+                return HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
+            return HostResult(HostStatus.ERROR, error=f"MCP error {exc.code}: {exc.message}")
+        return _outcome(raw)
 
 
-def send_call(
-    ctx: ToolContext | None,
-    session: ClientSession,
-    tool: str,
-    arguments: dict[str, Any],
-    *,
-    cancel_on_abandon: bool = True,
-) -> asyncio.Future[dict[str, Any]]:
+def answers_the_cancel(exc: MCPError, ctx: ToolContext | None) -> bool:
+    """An error reply to a call the stop cancelled is the server's answer to the cancel (the
+    call ``aborted``), not a failure; a connection that closed is neither."""
+    return ctx is not None and ctx.cancelled.is_set() and exc.code != types.CONNECTION_CLOSED
+
+
+async def send_call(
+    ctx: ToolContext | None, session: ClientSession, tool: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
     """Send ``tools/call`` for the call ``ctx`` runs (None: no call of a turn): its raw result,
     or the ``MCPError`` of an error reply.
 
@@ -126,9 +132,8 @@ def send_call(
     sent, and the result is still awaited (the ADR's ``await`` policy): a late real result, an
     error reply, or none. The request is sent under an id minted here, because the SDK offers
     no public way to learn a request's id before its result arrives; the dispatcher's
-    ``CallOptions["request_id"]`` is that way (mcp 2.x, pinned in pyproject). Whoever
-    abandons the returned future (its own task cancelled: not a stop) abandons the request;
-    ``cancel_on_abandon`` then has the SDK tell the server so.
+    ``CallOptions["request_id"]`` is that way (mcp 2.x, pinned in pyproject). A caller whose
+    own task is cancelled (not a stop) abandons the request, and the SDK tells the server so.
     """
     rid = f"turnwatch-{next(_ids)}"  # not an integer: never collides with the SDK's own ids
 
@@ -136,48 +141,40 @@ def send_call(
         if ctx is not None:
             ctx.notify(Progress(text=message or "", progress=progress, total=total))
 
-    async def send() -> dict[str, Any]:
-        request = asyncio.ensure_future(
-            session._dispatcher.send_raw_request(
-                "tools/call",
-                {"name": tool, "arguments": arguments},
-                CallOptions(
-                    request_id=rid, on_progress=on_progress, cancel_on_abandon=cancel_on_abandon
-                ),
-            )
+    request = asyncio.ensure_future(
+        session._dispatcher.send_raw_request(
+            "tools/call",
+            {"name": tool, "arguments": arguments},
+            CallOptions(request_id=rid, on_progress=on_progress),
         )
-        stop = asyncio.ensure_future(
-            ctx.abort_arrived.wait() if ctx is not None else asyncio.Event().wait()
-        )
-        try:
-            await asyncio.wait((request, stop), return_when=asyncio.FIRST_COMPLETED)
-            if not request.done():
-                with contextlib.suppress(Exception):  # the server may be gone: keep waiting
-                    await session.send_notification(
-                        types.CancelledNotification(
-                            params=types.CancelledNotificationParams(
-                                request_id=rid, reason="user stop"
-                            )
-                        )
-                    )
-            return await request
-        finally:
-            stop.cancel()
-            request.cancel()  # abandoned (our own task cancelled): the SDK forgets it
-
-    return asyncio.ensure_future(send())
-
-
-async def _outcome(
-    request: asyncio.Future[dict[str, Any]], stopped: Callable[[], bool]
-) -> HostResult:
+    )
     try:
-        raw = await request
-    except MCPError as exc:
-        if exc.code == types.CONNECTION_CLOSED or not stopped():
-            return HostResult(HostStatus.ERROR, error=f"MCP error {exc.code}: {exc.message}")
-        # An error reply to a call we cancelled: the server's answer to the cancel.
-        return HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
+        if ctx is not None:  # no call of a turn: no stop to watch for
+            await _cancel_at_stop(ctx, session, rid, request)
+        return await request
+    finally:
+        request.cancel()  # abandoned (our own task cancelled): the SDK forgets it
+
+
+async def _cancel_at_stop(
+    ctx: ToolContext, session: ClientSession, rid: str, request: asyncio.Future[Any]
+) -> None:
+    """Wait for ``request`` or the stop, whichever comes first; at the stop, tell the server."""
+    stop = asyncio.ensure_future(ctx.abort_arrived.wait())
+    try:
+        await asyncio.wait((request, stop), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if not request.done():
+        with contextlib.suppress(Exception):  # the server may be gone: keep waiting
+            await session.send_notification(
+                types.CancelledNotification(
+                    params=types.CancelledNotificationParams(request_id=rid, reason="user stop")
+                )
+            )
+
+
+def _outcome(raw: dict[str, Any]) -> HostResult:
     result = types.CallToolResult.model_validate(raw)
     text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
     if result.is_error:
