@@ -27,15 +27,21 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import ToolNode
+from langgraph.types import Command
 
 from tests.conftest import until
 from tests.integrations.lg_graphs import Scripted, agent_graph
 from tests.integrations.test_langgraph import unanswered
 from turnwatch import names
-from turnwatch.integrations.langgraph import StoppableGraph, ToolClassError, tool_node
+from turnwatch.integrations.langgraph import (
+    StoppableGraph,
+    ToolClassError,
+    stopped_words,
+    tool_node,
+)
 from turnwatch.integrations.langgraph_mcp import mcp_tools
 from turnwatch.integrations.wrappers import dispatcher
-from turnwatch.runtime import MemorySink, Receipt, Runtime, ToolClass
+from turnwatch.runtime import MemorySink, Outcome, Receipt, Runtime, ToolClass
 from turnwatch.testing import check_invariants
 
 with suppress_langchain_beta_warning():
@@ -47,7 +53,7 @@ DEPLOY_S = 1.5
 class Server:
     """One ``testing_mcp`` server: its client, and the ids it saw called and cancelled."""
 
-    def __init__(self, tmp: Path, name: str = "srv") -> None:
+    def __init__(self, tmp: Path, name: str = "srv", *, modern: bool = False) -> None:
         self.calls_log, self.cancels_log = tmp / f"{name}.calls", tmp / f"{name}.cancels"
         self.client: Client[Any] = Client(
             StdioTransport(
@@ -59,6 +65,7 @@ class Server:
                     str(self.calls_log),
                     "--log",
                     str(self.cancels_log),
+                    *(["--modern"] if modern else []),
                 ],
             )
         )
@@ -268,3 +275,95 @@ async def test_outside_a_stoppable_graph_the_tools_run_as_langchains_do(server: 
     assert shape(ours) == shape(theirs)
     assert shape(ours)[0] == [{"type": "text", "text": "deploy finished after 0.1s"}]
     assert server.cancelled() == []
+
+
+# --- a server's question in the middle of a call (input_required, protocol 2026-07-28) ---
+
+GO = {"messages": [("user", "go")]}
+PROD = {"responses": {"where": {"action": "accept", "content": {"env": "prod"}}}}
+#: What langchain's tools ask with ``interrupt()`` for ``asks_for_input``'s question.
+ASKED = {
+    "type": "mcp_elicitation",
+    "tool_name": "asks_for_input",
+    "requests": [
+        {
+            "key": "where",
+            "message": "Deploy where?",
+            "mode": "form",
+            "requested_schema": {
+                "type": "object",
+                "properties": {"env": {"type": "string"}},
+                "required": ["env"],
+            },
+        }
+    ],
+}
+
+
+def cfg(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread}}
+
+
+def of(sink: MemorySink, kind: str) -> list[str]:
+    return [str(e.call) for e in sink if e.kind == kind]
+
+
+@pytest.fixture
+async def modern(tmp_path: Path) -> AsyncIterator[tuple[Server, MCPAdapter]]:
+    """A server speaking 2026-07-28, and langchain's adapter on it (which says, in each
+    request, that its client answers questions)."""
+    srv = Server(tmp_path, "modern", modern=True)
+    adapter = MCPAdapter(srv.client)
+    async with adapter:
+        yield srv, adapter
+
+
+async def test_native_a_servers_question_is_langchains_interrupt(
+    modern: tuple[Server, MCPAdapter],
+) -> None:
+    srv, adapter = modern
+    model = script("asks_for_input")
+    app = agent_graph(ToolNode(await adapter.list_tools()), model, InMemorySaver())
+    paused = await app.ainvoke(GO, cfg("n"))
+    assert [i.value for i in paused["__interrupt__"]] == [ASKED]
+    final = await app.ainvoke(Command(resume=PROD), cfg("n"))
+    assert "deployed to prod" in str(answer(final["messages"]).content)
+    # Asked; on the resume, the call again from its start (``interrupt()`` unwound it), asked
+    # again and answered this time; then with the answer.
+    assert len(srv.called()) == 3
+
+
+async def test_wrapped_a_servers_question_is_a_permission_of_the_waiting_turn(
+    rt: Runtime, sink: MemorySink, modern: tuple[Server, MCPAdapter]
+) -> None:
+    """Asked as langchain's own tools ask (the same ``interrupt()`` payload, the same resume),
+    and, wrapped, the question is the turn's permission: the turn waits, unsettled."""
+    srv, adapter = modern
+    app = wrapped(rt, await mcp_tools(adapter), script("asks_for_input"))
+    paused = await app.ainvoke(GO, cfg("q"), session="q")
+    assert [i.value for i in paused["__interrupt__"]] == [ASKED]
+    assert of(sink, names.PERMISSION_REQUESTED) == ["m1:resumed"]
+    assert of(sink, names.TURN_SETTLED) == []
+    final = await app.ainvoke(Command(resume=PROD), cfg("q"), session="q")
+    assert "deployed to prod" in str(answer(final["messages"]).content)
+    assert of(sink, names.PERMISSION_GRANTED) == ["m1:resumed"]
+    assert len(srv.called()) == 3  # as langchain's own (above)
+    assert unanswered(final["messages"]) == set()
+    assert check_invariants(list(sink)) == []
+
+
+async def test_wrapped_a_servers_question_answered_after_the_stop_is_never_sent(
+    rt: Runtime, sink: MemorySink, modern: tuple[Server, MCPAdapter]
+) -> None:
+    srv, adapter = modern
+    app = wrapped(rt, await mcp_tools(adapter), script("asks_for_input"))
+    await app.ainvoke(GO, cfg("s"), session="s")
+    assert await rt.abort("s") is Receipt.ACCEPTED
+    assert of(sink, names.PERMISSION_CANCELLED) == ["m1:resumed"]
+    final = await app.ainvoke(Command(resume=PROD), cfg("s"), session="s")
+    assert of(sink, names.PERMISSION_LATE) == ["m1:resumed"]
+    assert len(srv.called()) == 1  # the answer never reached the server: nothing deployed
+    said = [str(m.content) for m in final["messages"] if isinstance(m, ToolMessage)]
+    assert said == [stopped_words(Outcome.REFUSED)]
+    assert unanswered(final["messages"]) == set()
+    assert check_invariants(list(sink)) == []

@@ -19,9 +19,14 @@ answer: its late real result (``completed_after_stop``, and that result in the c
 awaited; the watchdog's ``await_overdue`` reports it). A ``read_only`` one (``turnwatch_class``
 in its metadata) is discarded at the stop, and its server told.
 
-Not answered: a server's request for input in the middle of a call (MCP's ``input_required``,
-which ``MCPAdapter``'s own tools answer with an ``interrupt()``): such a call fails with a
-``ToolException`` naming it.
+A server's question in the middle of a call (MCP's ``input_required`` result, protocol
+2026-07-28) is asked as ``MCPAdapter``'s own tools ask it: an ``interrupt()`` with the same
+payload (``MCPElicitationInterrupt``), resumed with the same answers (``MCPElicitationResume``),
+the call sent again from its start on the resume. In a ``StoppableGraph`` the question is the
+waiting turn's permission: a stop while it waits cancels it, and an answer that comes after
+the stop is refused and never reaches the server. A round with no question (work the server
+resumes over several round trips) and questions other than elicitations are refused, as
+langchain refuses them (``NotImplementedError``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from typing import Any
 from fastmcp.client import Client
 from fastmcp.client.group import ClientGroup
 from langchain_core._api import suppress_langchain_beta_warning
-from langchain_core.tools import BaseTool, ToolException
+from langchain_core.tools import BaseTool
+from langgraph.types import interrupt
 from mcp import types
 from mcp.client.caching import CacheMode
 
@@ -39,6 +45,12 @@ from turnwatch.integrations.wrappers import HOSTED_KEY, call_mcp_tool
 
 with suppress_langchain_beta_warning():  # the namespace's beta status is said above
     from langchain.mcp import MCPAdapter
+    from langchain.mcp.elicitation import (
+        ELICITATION_INTERRUPT_TYPE,
+        _build_responses,
+        _describe_request,
+        _elicit_requests,
+    )
     from langchain.mcp.tools import _convert_call_tool_result
 
 __all__ = ["mcp_tools"]
@@ -69,12 +81,37 @@ def _hosted(tool: BaseTool, client: Client[Any] | ClientGroup) -> BaseTool:
                 member, upstream = route.client, route.upstream_name
             assert isinstance(member, Client)
             raw = await call_mcp_tool(member.session, upstream, arguments)
-        if "inputRequests" in raw or raw.get("resultType") == "input_required":
-            raise ToolException(
-                f"MCP tool {name!r} asked for input in the middle of its call "
-                "(input_required), which turnwatch's mcp_tools does not answer"
-            )
+            while raw.get("resultType") == "input_required":
+                asked = types.InputRequiredResult.model_validate(raw)
+                answers = _ask(name, asked)
+                raw = await call_mcp_tool(
+                    member.session, upstream, arguments, answers=answers, state=asked.request_state
+                )
         return _convert_call_tool_result(types.CallToolResult.model_validate(raw))
 
     metadata = {"mcp": {}, **(tool.metadata or {}), HOSTED_KEY: True}
     return tool.model_copy(update={"coroutine": call, "metadata": metadata})
+
+
+def _ask(name: str, asked: types.InputRequiredResult) -> dict[str, Any]:
+    """The server's questions asked with ``interrupt()`` as langchain's own tools ask them (the
+    run pauses here; on its resume, the call runs again from its start and this returns the
+    answers), as the next round's ``inputResponses``."""
+    if not asked.input_requests:
+        raise NotImplementedError(
+            f"The MCP tool {name!r} returned a continuation round with no input requests, "
+            "which mcp_tools does not follow (it answers elicitation requests only)."
+        )
+    requests = _elicit_requests(asked.input_requests, name)
+    resume = interrupt(
+        {
+            "type": ELICITATION_INTERRUPT_TYPE,
+            "tool_name": name,
+            "requests": [_describe_request(key, req) for key, req in requests.items()],
+        }
+    )
+    answers = _build_responses(requests, resume["responses"], name)
+    return {
+        key: answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        for key, answer in answers.items()
+    }

@@ -372,9 +372,15 @@ def run_command_sync(
 
 
 async def call_mcp_tool(
-    session: ClientSession, tool: str, arguments: dict[str, Any]
+    session: ClientSession,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    answers: Mapping[str, Any] | None = None,
+    state: str | None = None,
 ) -> dict[str, Any]:
-    """Call an MCP tool from a hosted tool's body (:data:`HOSTED_KEY`): the raw result.
+    """Call an MCP tool from a hosted tool's body (:data:`HOSTED_KEY`): the raw result (an
+    ``input_required`` one too: ``answers`` and ``state`` answer it, see ``send_call``).
 
     In a wrapped call, the stop's ``tools.abort`` sends ``notifications/cancelled`` naming this
     very request, and the result is still awaited (an ``extension`` call's policy); a
@@ -386,7 +392,7 @@ async def call_mcp_tool(
     slot = _CURRENT.get()
     ctx = slot.ctx if slot is not None else None
     try:
-        return await send_call(ctx, session, tool, arguments)
+        return await send_call(ctx, session, tool, arguments, answers=answers, state=state)
     except MCPError as exc:
         if slot is None or not answers_the_cancel(exc, ctx):
             raise

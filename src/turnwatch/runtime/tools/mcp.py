@@ -123,10 +123,18 @@ def answers_the_cancel(exc: MCPError, ctx: ToolContext | None) -> bool:
 
 
 async def send_call(
-    ctx: ToolContext | None, session: ClientSession, tool: str, arguments: dict[str, Any]
+    ctx: ToolContext | None,
+    session: ClientSession,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    answers: Mapping[str, Any] | None = None,
+    state: str | None = None,
 ) -> dict[str, Any]:
     """Send ``tools/call`` for the call ``ctx`` runs (None: no call of a turn): its raw result,
-    or the ``MCPError`` of an error reply.
+    or the ``MCPError`` of an error reply. ``answers`` and ``state``: the round that answers a
+    server's question (an ``input_required`` result's ``inputRequests``, keyed as they were,
+    and its ``requestState``, echoed).
 
     When tools.abort arrives first, ``notifications/cancelled`` naming this very request is
     sent, and the result is still awaited (the ADR's ``await`` policy): a late real result, an
@@ -141,12 +149,20 @@ async def send_call(
         if ctx is not None:
             ctx.notify(Progress(text=message or "", progress=progress, total=total))
 
+    params: dict[str, Any] = {"name": tool, "arguments": arguments}
+    if answers is not None:
+        params["inputResponses"] = dict(answers)
+    if state is not None:
+        params["requestState"] = state
+    data = {"method": "tools/call", "params": params}
+    opts = CallOptions(request_id=rid, on_progress=on_progress)
+    # Stamped as the SDK stamps its own requests: on a 2026-07-28 connection each request says
+    # in its _meta which version, client and capabilities it speaks for (a server reads no
+    # other; unstamped, ours looked like a client that can answer no question), and over HTTP
+    # the version header goes with it.
+    session._stamp(data, opts)
     request = asyncio.ensure_future(
-        session._dispatcher.send_raw_request(
-            "tools/call",
-            {"name": tool, "arguments": arguments},
-            CallOptions(request_id=rid, on_progress=on_progress),
-        )
+        session._dispatcher.send_raw_request("tools/call", params, opts)
     )
     try:
         if ctx is not None:  # no call of a turn: no stop to watch for
