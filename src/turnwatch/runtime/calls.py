@@ -88,6 +88,7 @@ class Call:
     # Slots: a call is made on every tool call, and a session keeps its calls for receipts.
     __slots__ = (
         "_answered_in_task",
+        "_stop",
         "_waiters",
         "abandoned",
         "abort_sent",
@@ -110,7 +111,7 @@ class Call:
         "race_cancelled",
         "result",
         "session",
-        "stop",
+        "stop_source",
         "tool",
         "tool_class",
         "turn",
@@ -147,9 +148,11 @@ class Call:
         loop = asyncio.get_running_loop()
         # What the agent loop awaits: set once, by finish().
         self.result: asyncio.Future[ToolResult] = loop.create_future()
-        # Set (to the stop source) when a stop reaches the call: before it starts, a set stop
-        # means it never starts; after, the policy handler owns the call's end.
-        self.stop: asyncio.Future[StopSource] = loop.create_future()
+        # The source of the first stop that reached the call: before it starts, a stop means
+        # it never starts; after, the policy handler owns the call's end. A future of it is
+        # made only for a call that waits to start (:attr:`stop`): most calls never wait.
+        self.stop_source: StopSource | None = None
+        self._stop: asyncio.Future[StopSource] | None = None
         # The open permission prompt, while the call waits for one.
         self.prompt: Prompt | None = None
         # The host's execution, once the call started.
@@ -164,7 +167,8 @@ class Call:
         # True once the runtime stopped waiting: later progress and results are not shown.
         self.abandoned = False
         # Output seen so far (tail, capped): what a grace call returns if the host cannot answer.
-        self.output = OutputTail()
+        # Made with the first output: most calls report none before their result.
+        self.output: OutputTail | None = None
         # Holds the admission slot until finish() gives it back.
         self.holds_slot = False
         # True once tools.abort went to the host: the policy handler ran and owns the call's end.
@@ -179,6 +183,16 @@ class Call:
         # whether the race cancelled it (that cancellation is ours to take back).
         self.in_place: asyncio.Task[Any] | None = None
         self.race_cancelled = False
+
+    @property
+    def stop(self) -> asyncio.Future[StopSource]:
+        """Done (with its source) once a stop reached the call: what a call waiting to start
+        watches."""
+        if self._stop is None:
+            self._stop = asyncio.get_running_loop().create_future()
+            if self.stop_source is not None:
+                self._stop.set_result(self.stop_source)
+        return self._stop
 
     @property
     def prestart_stop(self) -> asyncio.Future[StopSource]:
@@ -227,7 +241,7 @@ class Call:
         A call sent ``tools.abort`` never begins, whatever the mode: that is the order itself,
         not a check a caller may forget.
         """
-        if self.abort_sent or (self.env.heeds_prestart_stop and self.stop.done()):
+        if self.abort_sent or (self.env.heeds_prestart_stop and self.stop_source is not None):
             return False
         if self._left_to_start:
             return True
@@ -238,8 +252,10 @@ class Call:
     def reach(self, source: StopSource) -> bool:
         """A stop reached the call (the first one's source is kept): True while a stop's
         handler has something to do (the call is unresolved and was sent no ``tools.abort``)."""
-        if not self.stop.done():
-            self.stop.set_result(source)
+        if self.stop_source is None:
+            self.stop_source = source
+            if self._stop is not None:
+                self._stop.set_result(source)
         return not (self.result.done() or self.abort_sent)
 
     def close(self) -> None:
@@ -341,6 +357,8 @@ class Call:
         if self.abandoned or self.phase.terminal:
             return  # progress of an abandoned call stops at the stop (design §1)
         if message.text:
+            if self.output is None:
+                self.output = OutputTail()
             self.output.add(message.text)
         if self.env.sink is not None:  # a chatty tool's heartbeat: no sink, no attributes
             self.emit(names.TOOL_PROGRESS, **progress_attrs(message))
@@ -367,10 +385,11 @@ class Call:
             self.turn.release_slot()
         # The result holds the text now; a resolved call collects no more (on_message), and the
         # session keeps its calls for receipts: the buffer would be a second copy for its life.
-        collected = self.output.take()
-        text = collected if output is None else output
+        if output is None:
+            output = self.output.take() if self.output is not None else ""
+        self.output = None
         self.result.set_result(
-            ToolResult(self.call_id, self.tool, outcome, text, error_code, data, error)
+            ToolResult(self.call_id, self.tool, outcome, output, error_code, data, error)
         )
         if self._waiters is not None:
             for waiter in self._waiters:
@@ -433,7 +452,7 @@ class Call:
 
     def finish_from_host(self, res: HostResult) -> None:
         """Resolve from the host's answer (the call was not raced away)."""
-        stopped = self.stop.done()
+        stopped = self.stop_source is not None
         if self.result.done():
             if not self.abandoned or self.tool_class is ToolClass.READ_ONLY:
                 return  # a raced read-only result: discarded, as the ADR says
@@ -462,10 +481,13 @@ class Call:
     # --- run in its requester's task ---
 
     def begin_in_place(self) -> None:
-        """A ``read_only`` call with a free slot and no prompt, admitted in ``request()``: its
-        requester runs it now, in its own task (:meth:`run_in_place`)."""
+        """A ``read_only`` call that took a free slot (:meth:`finish` gives it back) and needs
+        no prompt, admitted in ``request()``: its requester runs it now, in its own task
+        (:meth:`run_in_place`)."""
         assert self.phase is Phase.QUEUED, self.phase
         assert self.tool_class is ToolClass.READ_ONLY
+        assert not self.holds_slot
+        self.holds_slot = True
         self.phase = Phase.RUNNING
 
     async def run_in_place(self, run: LocalRun) -> ToolResult:
@@ -479,7 +501,8 @@ class Call:
         assert task is not None
         assert self.phase is Phase.RUNNING
         self.in_place = task
-        self.on_message(STARTED)
+        if self.env.sink is not None:  # unobserved, a start says nothing (no process to name)
+            self.on_message(STARTED)
         try:
             res = await run()
         except asyncio.CancelledError:
@@ -492,8 +515,22 @@ class Call:
             self._took_back(task)  # a race whose cancel the tool turned into an error
             self._raised(exc)
         else:
-            self._took_back(task)  # a race whose cancel the tool swallowed
-            self._answered(res)
+            if self.race_cancelled:
+                self._took_back(task)  # a race whose cancel the tool swallowed
+            if (
+                res.status is HostStatus.OK
+                and self.stop_source is None
+                and self.env.sink is None
+                and self.output is None
+                and not self.result.done()
+            ):
+                # The common case, unobserved: what finish_from_host would make of it, less
+                # its lookups (a no-op call of a wrapped framework pays for every one).
+                self.finish(
+                    Outcome.COMPLETED, output=res.output, data=res.data, error=res.error or None
+                )
+            else:
+                self._answered(res)
         finally:
             self.in_place = None
         return self.result.result()

@@ -230,13 +230,14 @@ class Turn:
         if ask_permission is not None:
             self._ask[cid] = ask_permission
         self._open += 1
-        self._idle.clear()
+        if self._open == 1:  # set only while none is open (call_done)
+            self._idle.clear()
         if env.call.sink is not None:  # no sink: not even the attributes are built
             call.emit(
                 names.TOOL_REQUESTED, **{names.K_CLASS: call.class_name}, policy=call.policy_name
             )
         early = env.registry.take(sess.id, self.id, cid, tool)
-        if self.stopping or self.settled.done() or early is not None:
+        if self.stop_task is not None or self.settled.done() or early is not None:
             # The agent loop asked after the stop (or an early abort named this very call).
             call.emit(
                 names.TOOL_REFUSED,
@@ -247,17 +248,19 @@ class Turn:
         else:
             if ask_permission:
                 call.open_prompt()
-            asks = self._asks(call)
+            # Asked for this call (a framework's approval), else as the runtime's rule says.
+            asks = self._ask.pop(cid, None) if self._ask else None
+            if asks is None:
+                asks = env.ask_permission is not None and env.ask_permission(tool, cls)
             # The common case needs no task of its own: no prompt, a free slot, start now.
             if asks or not self.session.admission.try_acquire():
                 task = self._lifecycle(call, asks, run)
                 asyncio.get_running_loop().create_task(task, name=f"call {cid}")
+            elif in_place and cls is ToolClass.READ_ONLY and env.runs_in_place:
+                call.begin_in_place()  # with its slot; the caller runs it now, in its own task
             else:
                 call.hold_slot()
-                if in_place and cls is ToolClass.READ_ONLY and env.runs_in_place:
-                    call.begin_in_place()  # the caller runs it now, in its own task
-                else:
-                    self._start(call, run)
+                self._start(call, run)
         return call
 
     async def _lifecycle(self, call: Call, asks: bool, run: LocalRun | None) -> None:
@@ -295,7 +298,8 @@ class Turn:
             return None  # stopped between admission and start: it never starts
         # No await between begin() and the execution's first step: the start is atomic.
         if run is not None:  # its requester's own execution, not the host's
-            call.on_message(STARTED)
+            if call.env.sink is not None:  # unobserved, a start with no process says nothing
+                call.on_message(STARTED)
             res = await run()
         else:
             req = ExecuteRequest(
@@ -310,13 +314,6 @@ class Turn:
             res = await self.session.env.call.host.execute(req, call.on_message)
         call.answered_in_task(res)  # not in the done callback: the caller wakes sooner
         return res
-
-    def _asks(self, call: Call) -> bool:
-        ask = self._ask.pop(call.call_id, None)
-        if ask is not None:
-            return ask
-        env = self.session.env
-        return env.ask_permission is not None and env.ask_permission(call.tool, call.tool_class)
 
     # --- settlement ---
 
