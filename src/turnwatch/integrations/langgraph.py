@@ -129,22 +129,15 @@ class _Hook:
         cls = self.classes.get(name, self.default)
         key, args = (turn.session.id, call_id), call.get("args") or {}
         ours = self.dispatch.renamed.pop(key, call_id)  # a paused call's resumption: its own id
-        paused: list[GraphBubbleUp] = []
-
-        async def run(req: ToolCallRequest) -> Any:
-            try:
-                return await execute(req)
-            except GraphBubbleUp as exc:
-                # The tool's own interrupt(): its run ends there, asking its user (not a
-                # failure), and the graph's run pauses; its resumption is asked for then, as
-                # the turn's permission (langgraph_approvals.resumptions).
-                paused.append(exc)
-                return None
-
-        value, error, result = await self.dispatch.run(turn, name, cls, ours, args, run, request)
-        if paused:
+        value, error, result = await self.dispatch.run(
+            turn, name, cls, ours, args, execute, request, _PAUSES
+        )
+        if isinstance(error, GraphBubbleUp):
+            # The tool's own interrupt(): its call ended there, asking its user (not a
+            # failure), and the graph's run pauses; its resumption is asked for then, as the
+            # turn's permission (langgraph_approvals.resumptions).
             self.dispatch.paused[key] = (name, args)
-            raise paused[0]
+            raise error
         if result.outcome in (Outcome.COMPLETED, Outcome.COMPLETED_AFTER_STOP) and value:
             return value  # its real result, after the stop too
         if error is not None and result.outcome is Outcome.FAILED:
@@ -155,6 +148,10 @@ class _Hook:
             tool_call_id=call_id,
             status="error",
         )
+
+
+#: What a tool raises to pause its call: its ``interrupt()`` (and LangGraph's other bubbles).
+_PAUSES = (GraphBubbleUp,)
 
 
 def _class_of(tool: BaseTool, default: ToolClass) -> ToolClass:

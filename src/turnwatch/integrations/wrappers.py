@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import functools
 import inspect
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from mcp import ClientSession
@@ -169,25 +168,29 @@ class Slot:
     error: BaseException | None = None
     aborted: HostResult | None = None
     handle: CallHandle | None = None
+    #: What the handler may raise to pause its call (:meth:`Dispatcher.run`'s ``pauses``).
+    pauses: tuple[type[BaseException], ...] = ()
 
 
 class Local:
     """A framework's handler as the execution of its call (``Turn.run_call``), run in the
     framework's own task or context; what it returned or raised is kept for the framework."""
 
-    __slots__ = ("error", "run", "value")
+    __slots__ = ("args", "error", "handler", "pauses", "value")
 
-    def __init__(self, run: Callable[[], Awaitable[Any]]) -> None:
-        self.run = run
+    def __init__(
+        self, handler: Handler, args: Any, pauses: tuple[type[BaseException], ...] = ()
+    ) -> None:
+        self.handler, self.args, self.pauses = handler, args, pauses
         self.value: Any = None
         self.error: BaseException | None = None
 
     async def __call__(self) -> HostResult:
         try:
-            self.value = await self.run()
+            self.value = await self.handler(self.args)
         except Exception as exc:  # the framework gets it back as it was raised
             self.error = exc
-            return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
+            return _raised(exc, self.pauses)
         return _OK
 
 
@@ -246,9 +249,12 @@ class Dispatcher:
         args: Mapping[str, Any],
         handler: Handler,
         handler_args: Any,
+        pauses: tuple[type[BaseException], ...] = (),
     ) -> tuple[Any, BaseException | None, ToolResult]:
         """One framework tool call, ``handler(handler_args)``, as the turnwatch call ``call_id``
-        of ``turn``: what the handler returned, what it raised, and the call's result.
+        of ``turn``: what the handler returned, what it raised, and the call's result. What it
+        raises of ``pauses`` (the framework's own pause, LangGraph's ``interrupt()``) ends the
+        call as completed: it ran until it asked its user, and the framework goes on from there.
 
         Run in place, no host round trip (``Turn.run_call``): a read-only call in this task,
         the others in a task the framework's cancel cannot reach. A process call (its commands
@@ -257,10 +263,11 @@ class Dispatcher:
         """
         key = (turn.session.id, call_id)
         if key not in self.slots and cls is not ToolClass.PROCESS and tool not in self.hosted:
-            local = Local(functools.partial(handler, handler_args))
+            local = Local(handler, handler_args, pauses)
             result = await turn.run_call(tool, local, args, call_id=call_id, tool_class=cls)
             return local.value, local.error, result
         slot = self.slot(*key)
+        slot.pauses = pauses
         slot.handler.set_result((handler, handler_args, contextvars.copy_context()))
         try:
             handle = slot.handle or turn.request(tool, args, call_id=call_id, tool_class=cls)
@@ -305,8 +312,16 @@ class Dispatcher:
             return slot.aborted
         except Exception as exc:  # the framework gets it back as it was raised
             slot.error = exc
-            return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
+            return _raised(exc, slot.pauses)
         return _OK
+
+
+def _raised(exc: Exception, pauses: tuple[type[BaseException], ...]) -> HostResult:
+    """What a handler's ``exc`` makes of its call: completed if it is the framework's pause,
+    else failed with its words."""
+    if isinstance(exc, pauses):
+        return _OK
+    return HostResult(HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
 
 
 async def _finished(future: asyncio.Future[Any]) -> bool:
