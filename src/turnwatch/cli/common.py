@@ -85,7 +85,7 @@ class Capped:
 def ledger_errors() -> Iterator[None]:
     """A ledger a command cannot open or write (a read-only volume, a corrupt or foreign file, a
     directory) is one line and exit 2, never a traceback."""
-    from turnwatch.tracing.ledger import LedgerError
+    from turnwatch.tracing.ledger_file import LedgerError
 
     try:
         yield
@@ -177,7 +177,7 @@ def ledger_path(path: Path | None) -> Path:
 
 def read_conn(path: Path | None) -> Any:
     """A read-only connection, or exit 2 naming the file and the cause."""
-    from turnwatch.tracing.ledger import LedgerError, connect
+    from turnwatch.tracing.ledger_file import LedgerError, connect
 
     try:
         return connect(ledger_path(path), readonly=True)
@@ -188,7 +188,7 @@ def read_conn(path: Path | None) -> Any:
 def usable(path: Path) -> None:
     """Exit 2 now if a service cannot use the ledger at ``path``; one a writer is still creating
     (no tables yet) will do: the service reads it as empty until the schema is committed."""
-    from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect
+    from turnwatch.tracing.ledger_file import LedgerError, LedgerNotReady, connect
 
     try:
         connect(path, readonly=True).close()

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from turnwatch import names
 from turnwatch.runtime.clock import REAL, Clock
-from turnwatch.runtime.events import EventSink, now_event
+from turnwatch.runtime.events import NO_ATTRS, Event, EventSink, new_event
 from turnwatch.runtime.gate import Prompt
 from turnwatch.runtime.messages import OutputTail, progress_attrs, started_attrs
 from turnwatch.runtime.model import (
@@ -333,14 +333,24 @@ class Call:
         """Emit an event about this call (straight to the sink: this is the busiest emitter)."""
         sink = self.env.sink
         if sink is not None:
+            # Built here rather than by now_event (its kinds are names' own, checked while
+            # testing): the call's events are most of what an observed runtime builds.
+            assert kind in names.EVENT_KINDS, kind
             sink(
-                now_event(
-                    kind,
-                    self.session,
-                    turn=self.turn.id,
-                    call=self.call_id,
-                    tool=self.tool,
-                    attrs=attrs,
+                new_event(
+                    Event,
+                    (
+                        kind,
+                        self.session,
+                        time.time(),
+                        time.monotonic_ns(),
+                        self.turn.id,
+                        self.call_id,
+                        self.tool,
+                        attrs or NO_ATTRS,
+                        None,
+                        None,
+                    ),
                 )
             )
 

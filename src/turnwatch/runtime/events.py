@@ -16,7 +16,12 @@ from turnwatch import names
 if TYPE_CHECKING:
     import asyncio  # at run time only in wait_for: the triage commands never import asyncio
 
-_NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
+#: An event's attributes when it has none: shared, read-only.
+NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
+_NO_ATTRS = NO_ATTRS
+#: ``Event``'s own constructor, all ten fields positional: a named tuple's ``__new__`` is a
+#: Python function, and the busiest emitter (a call's) builds several events per call.
+new_event = tuple.__new__
 
 
 class Event(NamedTuple):

@@ -21,14 +21,13 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from turnwatch import names
-from turnwatch.runtime.events import Event
+from turnwatch.runtime.events import Event, new_event
 from turnwatch.runtime.fold import MAX_RELEASED, CallState, Fold, Move, Step, Store
 from turnwatch.runtime.model import Outcome, Receipt, RecoveryResult, ToolClass
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 #: Ended stop roots kept for a browser's late click or idle (the oldest are forgotten).
 MAX_ENDED_STOPS = 1024
-_new_event = tuple.__new__
 # gen_ai.tool.type: our own tools are functions; MCP and plugin tools are extensions.
 _RECOVERY_FAILED = frozenset({RecoveryResult.FAILED.value, RecoveryResult.REFUSED.value})
 _TOOL_TYPE = {c.value: "extension" if c is ToolClass.EXTENSION else "function" for c in ToolClass}
@@ -105,7 +104,7 @@ class SpanBuilder:
         if ids is None:
             return ev
         # The first eight fields and the two ids, not _replace: this runs for most events.
-        return _new_event(Event, ev[:8] + ids)
+        return new_event(Event, ev[:8] + ids)
 
     # --- the stop ---
 

@@ -14,7 +14,7 @@ from turnwatch.runtime.fold import CALL_COLUMNS, CallState, SessionState
 from turnwatch.runtime.model import SessionStatus
 from turnwatch.tracing import codec
 from turnwatch.tracing.batchsql import select_in
-from turnwatch.tracing.ledger import read_events
+from turnwatch.tracing.ledger_file import read_events
 
 #: A stop whose ``agent.abort`` is still pending after this long pins the session.
 RPC_STUCK_AFTER_S = 15.0
