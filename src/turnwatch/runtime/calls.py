@@ -448,6 +448,19 @@ class Call:
             self._answered(res)
 
     def _answered(self, res: HostResult) -> None:
+        if (
+            res.status is HostStatus.OK
+            and self.stop_source is None
+            and self.env.sink is None
+            and self.output is None
+            and not self.result.done()
+        ):
+            # The common case, unobserved: what finish_from_host makes of it, less its lookups
+            # (a no-op call of a wrapped framework pays for every one).
+            self.finish(
+                Outcome.COMPLETED, output=res.output, data=res.data, error=res.error or None
+            )
+            return
         try:
             self.finish_from_host(res)
         except Exception as exc:  # a bug here must not leave the turn open forever
@@ -527,20 +540,7 @@ class Call:
         else:
             if self.race_cancelled:
                 self._took_back(task)  # a race whose cancel the tool swallowed
-            if (
-                res.status is HostStatus.OK
-                and self.stop_source is None
-                and self.env.sink is None
-                and self.output is None
-                and not self.result.done()
-            ):
-                # The common case, unobserved: what finish_from_host would make of it, less
-                # its lookups (a no-op call of a wrapped framework pays for every one).
-                self.finish(
-                    Outcome.COMPLETED, output=res.output, data=res.data, error=res.error or None
-                )
-            else:
-                self._answered(res)
+            self._answered(res)
         finally:
             self.in_place = None
         return self.result.result()
