@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
@@ -160,12 +161,13 @@ async def test_wrapped_a_new_message_while_approvals_wait_stops_their_turn(
 
 
 class Deploys:
-    """A mutating tool that asks its user before it acts (``interrupt()`` in its body)."""
+    """A tool that asks its user before it acts (``interrupt()`` in its body): mutating unless
+    said (a read-only one runs in its caller's own task, a mutating one in a task of its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cls: str = "mutating") -> None:
         self.done: list[object] = []
 
-        @classed("mutating")
+        @classed(cls)
         @tool
         async def deploy(env: str) -> str:
             """deploys, once its user says so"""
@@ -191,10 +193,11 @@ async def test_native_a_tools_own_question_answered_after_the_stop_still_deploys
     assert d.done == ["yes"]
 
 
+@pytest.mark.parametrize("cls", ["mutating", "read_only"])
 async def test_wrapped_a_tools_own_question_is_a_permission_of_the_waiting_turn(
-    runtime: Runtime, sink: MemorySink
+    runtime: Runtime, sink: MemorySink, cls: str
 ) -> None:
-    d = Deploys()
+    d = Deploys(cls)
     app = StoppableGraph(d.graph(runtime), runtime)
     paused = await app.ainvoke({"messages": [("user", "go")]}, CFG, session="q")
     assert paused["__interrupt__"]
@@ -211,10 +214,11 @@ async def test_wrapped_a_tools_own_question_is_a_permission_of_the_waiting_turn(
     assert check_invariants(list(sink)) == []
 
 
+@pytest.mark.parametrize("cls", ["mutating", "read_only"])
 async def test_wrapped_a_tools_own_question_answered_after_the_stop_never_goes_on(
-    runtime: Runtime, sink: MemorySink
+    runtime: Runtime, sink: MemorySink, cls: str
 ) -> None:
-    d = Deploys()
+    d = Deploys(cls)
     app = StoppableGraph(d.graph(runtime), runtime)
     await app.ainvoke({"messages": [("user", "go")]}, CFG, session="q")
     assert await runtime.abort("q") is Receipt.ACCEPTED
