@@ -89,6 +89,12 @@ class Server:
         sys.stdout.write(json.dumps({"jsonrpc": "2.0", **msg}) + "\n")
         sys.stdout.flush()
 
+    def answer(self, rid: Any, text: str) -> None:
+        """A call's result: ``text``, not an error."""
+        self.send(
+            {"id": rid, "result": {"content": [{"type": "text", "text": text}], "isError": False}}
+        )
+
     async def progress(self, token: Any, done: float, total: float | None) -> None:
         if token is not None:
             self.send(
@@ -113,9 +119,7 @@ class Server:
         text = f"{name} finished after {seconds:g}s" + (
             " (cancel ignored)" if cancelled.is_set() else ""
         )
-        self.send(
-            {"id": rid, "result": {"content": [{"type": "text", "text": text}], "isError": False}}
-        )
+        self.answer(rid, text)
 
     def ask(self, rid: Any, params: dict[str, Any]) -> None:
         """``asks_for_input``: its question first; then, given the answer and the state it sent,
@@ -140,9 +144,7 @@ class Server:
             text = f"deployed to {(answer.get('content') or {}).get('env')}"
         else:
             text = f"not deployed: {answer.get('action')}"
-        self.send(
-            {"id": rid, "result": {"content": [{"type": "text", "text": text}], "isError": False}}
-        )
+        self.answer(rid, text)
 
     def handle(self, msg: dict[str, Any]) -> None:
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
@@ -161,8 +163,7 @@ class Server:
             self.send(
                 {
                     "id": rid,
-                    "result": {
-                        "resultType": "complete",
+                    "result": {  # resultType: send() adds it
                         "ttlMs": 0,
                         "cacheScope": "private",
                         "supportedVersions": [MODERN],

@@ -448,19 +448,6 @@ class Call:
             self._answered(res)
 
     def _answered(self, res: HostResult) -> None:
-        if (
-            res.status is HostStatus.OK
-            and self.stop_source is None
-            and self.env.sink is None
-            and self.output is None
-            and not self.result.done()
-        ):
-            # The common case, unobserved: what finish_from_host makes of it, less its lookups
-            # (a no-op call of a wrapped framework pays for every one).
-            self.finish(
-                Outcome.COMPLETED, output=res.output, data=res.data, error=res.error or None
-            )
-            return
         try:
             self.finish_from_host(res)
         except Exception as exc:  # a bug here must not leave the turn open forever
@@ -491,15 +478,15 @@ class Call:
         outcome = _outcome_of(res, stopped)
         code = names.TOOL_ABORTED if outcome is Outcome.ABORTED else None
         output = res.output if res.output or not self.output else None
-        extra: dict[str, Any] = {}
-        if self.env.sink is not None:  # the event's attributes: none without a sink
-            extra[names.K_STATUS] = res.status.value
-            if res.data is not None and res.data.get(names.K_LINGERING):
-                # Processes the call left running: the ledger keeps them as the call's.
-                extra[names.K_LINGERING] = res.data[names.K_LINGERING]
-        self.finish(
-            outcome, output=output, error_code=code, data=res.data, error=res.error or None, **extra
-        )
+        error = res.error or None
+        if self.env.sink is None:  # no event, so no attributes to build (every call is here)
+            self.finish(outcome, output=output, error_code=code, data=res.data, error=error)
+            return
+        extra: dict[str, Any] = {names.K_STATUS: res.status.value}
+        if res.data is not None and res.data.get(names.K_LINGERING):
+            # Processes the call left running: the ledger keeps them as the call's.
+            extra[names.K_LINGERING] = res.data[names.K_LINGERING]
+        self.finish(outcome, output=output, error_code=code, data=res.data, error=error, **extra)
 
     # --- run in its requester's task ---
 

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 #: An event's attributes when it has none: shared, read-only.
 NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
-_NO_ATTRS = NO_ATTRS
 #: ``Event``'s own constructor, all ten fields positional: a named tuple's ``__new__`` is a
 #: Python function, and the busiest emitter (a call's) builds several events per call.
 new_event = tuple.__new__
@@ -39,7 +38,7 @@ class Event(NamedTuple):
     call: str | None = None
     tool: str | None = None
     #: Shared and read-only when not given (a named tuple's defaults are shared).
-    attrs: Mapping[str, Any] = _NO_ATTRS
+    attrs: Mapping[str, Any] = NO_ATTRS
     trace_id: str | None = None
     span_id: str | None = None
 
@@ -72,7 +71,7 @@ def now_event(
         raise ValueError(f"unknown event kind {kind!r}")
     # Positional: every event of an observed runtime is built here, on the event loop.
     return Event(
-        kind, session, time.time(), time.monotonic_ns(), turn, call, tool, attrs or _NO_ATTRS
+        kind, session, time.time(), time.monotonic_ns(), turn, call, tool, attrs or NO_ATTRS
     )
 
 
