@@ -17,8 +17,10 @@ from rich.console import Console
 
 from turnwatch.tracing.paths import default_path
 
-console = Console()
-err = Console(stderr=True, soft_wrap=True)  # one message, one line: grep-able
+# No emoji codes: rich reads ``:fire:`` in a session id as one, and an id printed as ``s🔥1`` is
+# an id no command knows. (Markup is escaped where text is printed.)
+console = Console(emoji=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False)  # one message, one line: grep-able
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 

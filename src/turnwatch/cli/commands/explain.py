@@ -59,7 +59,7 @@ def explain(
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return None
     hint = (f" --ledger {ledger}" if ledger else "") + (lg_hint if dangling else "")
-    out = Console(record=True) if svg else console
+    out = Console(record=True, emoji=False) if svg else console
     ex.render(out, result, hint)
     if svg:
         try:
