@@ -1,33 +1,39 @@
-"""Ids, turns and tool names print as they are recorded: an on-call engineer copies them from
-one command into the next. rich reads ``:name:`` as an emoji code and ``[tag]`` as markup; a
-session ``s:fire:1`` printed as ``s🔥1`` is an id no command knows."""
+"""Ids, turns and tool names print as they were recorded: an on-call engineer copies them from
+one command into the next. rich reads ``:name:`` as an emoji code and ``[tag]`` as markup, so a
+session ``s:fire:1`` printed as ``s🔥1``, or a tool ``[x]Grep`` printed as ``Grep``, is a name
+no command knows."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from tests import streams
 from tests.conftest import one_line_exit_2, turnwatch
-from turnwatch import names
-from turnwatch.runtime.events import now_event
+from turnwatch.tracing.ingest import ingest
 from turnwatch.tracing.ledger import Ledger
 
-SESSION, TURN, TOOL = "s:fire:1", "t:smile:", "Grep:rocket:"
-MARKUP = "[red]x[/red]"
+# Both an emoji code and markup in each: either one mangled fails the test.
+SESSION, TURN, TOOL, CALL = "[bold]p:fire:1", "t:smile:[/]", "[link=x]Grep:rocket:", "c[1]"
+BUSY = "[i]b:fire:"  # a call runs, no stop: nothing to recover yet, and recover says so
+NAMES = {"pinned": SESSION, "busy": BUSY, "p1": TURN, "Grep": TOOL, "c1": CALL}
 
 
 def a_ledger(path: Path) -> Path:
-    """A session whose extension call still runs (so every command has something to say of
-    it), and one whose id is markup."""
+    """:func:`tests.streams.four_states`: its pinned session (a stop whose RPC never returned),
+    its busy one, and every session's Grep and first call renamed."""
+    lines = []
+    for line in streams.four_states():
+        ev = json.loads(line)
+        for key in ("session", "turn", "tool", "call"):
+            if key in ev:
+                ev[key] = NAMES.get(ev[key], ev[key])
+        lines.append(json.dumps(ev))
     ledger = Ledger(path)
-    ledger.append(now_event(names.TURN_STARTED, SESSION, turn=TURN))
-    attrs = {names.K_CLASS: "extension"}
-    ledger.append(
-        now_event(names.TOOL_REQUESTED, SESSION, turn=TURN, call="c1", tool=TOOL, attrs=attrs)
-    )
-    ledger.append(now_event(names.TOOL_STARTED, SESSION, turn=TURN, call="c1", tool=TOOL))
-    ledger.append(now_event(names.TURN_STARTED, MARKUP, turn="t2"))
+    with streams.write(path.with_suffix(".jsonl"), lines).open("rb") as f:
+        ingest(f, ledger.append)
     ledger.close()
     return path
 
@@ -35,25 +41,26 @@ def a_ledger(path: Path) -> Path:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (("sessions",), (SESSION, MARKUP)),
-        (("explain", SESSION), (SESSION, TURN, TOOL)),
-        (("recover", SESSION, "--dry-run"), (SESSION,)),
-        (("watch", "--once", "--no-recover"), ()),
+        (("sessions",), (SESSION, TURN)),
+        (("explain", SESSION), (SESSION, TURN, TOOL, CALL)),
+        (("recover", SESSION, "--dry-run"), ("pinned_session: would",)),
+        (("recover", BUSY, "--dry-run"), (BUSY, TOOL, CALL)),
+        (("watch", "--once", "--no-recover"), (SESSION,)),
     ],
-    ids=["sessions", "explain", "recover", "watch"],
+    ids=["sessions", "explain", "recover", "recover-nothing-yet", "watch"],
 )
 def test_what_a_command_prints_is_what_was_recorded(
     tmp_path: Path, argv: tuple[str, ...], expected: tuple[str, ...]
 ) -> None:
     path = a_ledger(tmp_path / "ledger.sqlite3")
-    result = turnwatch(*argv, "--ledger", str(path))
+    result = turnwatch(*argv, "--ledger", str(path), env={"COLUMNS": "200"})
     out = result.stdout + result.stderr
     assert "Traceback" not in out
     for text in expected:
         assert text in out, (text, out)
-    assert not any(ord(ch) >= 0x1F300 for ch in out), out  # no emoji was made of an id
+    assert not any(ord(ch) >= 0x1F300 for ch in out), out  # no emoji was made of a name
 
 
 def test_an_unknown_id_is_said_as_it_was_asked(tmp_path: Path) -> None:
     path = a_ledger(tmp_path / "ledger.sqlite3")
-    one_line_exit_2(turnwatch("explain", "no:fire:", "--ledger", str(path)), "no:fire:")
+    one_line_exit_2(turnwatch("explain", "[b]no:fire:", "--ledger", str(path)), "[b]no:fire:")

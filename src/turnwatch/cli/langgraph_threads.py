@@ -110,6 +110,8 @@ def say(ident: str, findings: list[Finding], as_json: bool, recover_hint: str) -
     import json
     import sys
 
+    from rich.text import Text
+
     from turnwatch.cli.common import console
     from turnwatch.watchdog.holds import reason
 
@@ -117,10 +119,14 @@ def say(ident: str, findings: list[Finding], as_json: bool, recover_hint: str) -
         data = {"session": ident, "findings": [f.to_json() for f in findings]}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
-    console.print(f"LangGraph thread {ident} (no turnwatch session records it)", highlight=False)
+    # Names as recorded: a thread id or tool name is never read as markup.
+    console.print(
+        f"LangGraph thread {ident} (no turnwatch session records it)", highlight=False, markup=False
+    )
     for f in findings:
-        console.print(f"• {reason(f, 0.0)}", highlight=False, soft_wrap=True)
-    console.print(f"Recover with: [bold]turnwatch recover {ident}{recover_hint}[/]", soft_wrap=True)
+        console.print(f"• {reason(f, 0.0)}", highlight=False, markup=False, soft_wrap=True)
+    command = f"turnwatch recover {ident}{recover_hint}"
+    console.print(Text.assemble("Recover with: ", (command, "bold")), soft_wrap=True)
 
 
 def nothing(ident: str, threads: Threads | None, ledger: Path) -> str:

@@ -272,12 +272,13 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
     wf.add_column("released", no_wrap=True, min_width=10)
     wf.add_column("timeline", no_wrap=True, min_width=bar_w, max_width=bar_w)
     for t in ex.tools:
-        released = _offset(t.end) if t.end is not None else "[bold red]still held[/]"
-        cells = [f"{t.tool} [dim]{_short(t.call, ex.turn)}[/]"]
-        cells += (
-            [t.tool_class, t.policy, _KEPT.get(t.containment or "", "-")] if wide else [t.policy]
-        )
-        wf.add_row(*cells, t.outcome, released, _bar(t, total, bar_w))
+        released = Text(_offset(t.end)) if t.end is not None else Text("still held", "bold red")
+        # Names as recorded, as Text: a str cell is read as markup (a tool ``[x]Grep`` is shown
+        # as ``Grep``).
+        cells = [Text.assemble(t.tool, " ", (_short(t.call, ex.turn), "dim"))]
+        kept = _KEPT.get(t.containment or "", "-")
+        cells += [Text(c) for c in ((t.tool_class, t.policy, kept) if wide else (t.policy,))]
+        wf.add_row(*cells, Text(t.outcome), released, _bar(t, total, bar_w))
     legend = Text("timeline: ░ ran unaware of the stop  █ stopping  ✕ never began", style="dim")
     parts: list[object] = [head, *tree, Text(""), steps, Text(""), wf, legend]
     parts += _arc(ex)
@@ -288,13 +289,14 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         bullets.add_column(no_wrap=True)
         bullets.add_column()
         for r in ex.reasons:
-            bullets.add_row(" •", r)
+            bullets.add_row(" •", Text(r))
         parts.append(bullets)
     console.print(Panel(Group(*parts), title="turnwatch explain", expand=False))  # type: ignore[arg-type]
     if ex.recoverable:  # outside the panel, unwrapped: people copy and paste it
-        console.print(f"Recover with: [bold]{ex.verdict}{ledger_hint}[/]", soft_wrap=True)
+        recover = Text.assemble("Recover with: ", (ex.verdict + ledger_hint, "bold"))
+        console.print(recover, soft_wrap=True)
     elif ex.reasons:
-        console.print(ex.verdict, soft_wrap=True)
+        console.print(ex.verdict, soft_wrap=True, markup=False)
 
 
 #: explain draws this many of an arc's last states (``--json`` has them all).

@@ -66,5 +66,5 @@ def explain(
             out.save_svg(str(svg), title=f"turnwatch explain {ident}")
         except OSError as exc:
             raise fail(f"--svg {svg}: cannot write ({exc.strerror or exc})") from None
-        err.print(f"saved {svg}")
+        err.print(f"saved {svg}", markup=False)
     return None

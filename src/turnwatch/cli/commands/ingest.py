@@ -166,7 +166,7 @@ def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
 def _summary(wiring: Any, line: str, *, bad: int) -> None:
     """The one line an ingest ends with; exit 2 if a line was rejected, else 1 if an event was
     lost."""
-    err.print(line, highlight=False)
+    err.print(line, highlight=False, markup=False)
     if bad:
         if wiring.ledger.lost:
             fail(f"{wiring.ledger.lost} event(s) could not be written to {wiring.ledger.path}")

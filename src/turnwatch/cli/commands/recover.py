@@ -58,7 +58,7 @@ def recover(
             recover=True,
             dry_run=False,
             write=not dry_run,  # a dry run only looks: it records nothing
-            say=lambda m: console.print(f"  {m}"),
+            say=lambda m: console.print(f"  {m}", markup=False),
             threads=threads,
         )
     try:
@@ -72,12 +72,13 @@ def recover(
         findings = hold.findings
         if not hold.recoverable:
             for r in hold.reasons(time.time(), config(grace)):
-                console.print(f"• {r}")
-            console.print(hold.verdict())
+                console.print(f"• {r}", markup=False)
+            console.print(hold.verdict(), markup=False)
             return
         for a in asyncio.run(dog.act(findings, dry_run=True)):  # say it before doing it
             console.print(
-                f"• {a.finding.kind}: would {a.said}" + (f" ({a.detail})" if a.detail else "")
+                f"• {a.finding.kind}: would {a.said}" + (f" ({a.detail})" if a.detail else ""),
+                markup=False,
             )
         if dry_run:
             return
@@ -89,6 +90,6 @@ def recover(
     finally:
         close()
     for a in done:
-        console.print(f"• {a.finding.kind}: {a.said} → {a.result} {a.detail}")
+        console.print(f"• {a.finding.kind}: {a.said} → {a.result} {a.detail}", markup=False)
     if any(a.result in (RecoveryResult.FAILED, RecoveryResult.REFUSED) for a in done):
         raise typer.Exit(EXIT_FINDINGS)

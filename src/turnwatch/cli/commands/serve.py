@@ -94,7 +94,7 @@ def run_server(
                 path,
                 addr,
                 poll_s=poll,
-                say=lambda m: err.print(m, highlight=False, soft_wrap=True),
+                say=lambda m: err.print(m, highlight=False, soft_wrap=True, markup=False),
                 events=opts,
                 page=page,
                 grace_s=grace,

@@ -123,7 +123,7 @@ def watch(
         read_conn(path).close()
     elif path.exists():
         usable(path)
-    say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False))
+    say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False, markup=False))
     follow = None
     if agents:
         from turnwatch.cli.agent_files import roots
@@ -175,10 +175,10 @@ def watch(
             head = f"{r['kind']:<28} {r['session']:<16} pid {r['pid'] or '-':<8}"
             what = f"{r['action']} → {r['result']}"
             if len(head) + 1 + len(what) > console.width:  # stacked: a command is never broken
-                console.print(head.rstrip(), highlight=False, soft_wrap=True)
-                console.print(f"  {what}", highlight=False, soft_wrap=True)
+                console.print(head.rstrip(), highlight=False, soft_wrap=True, markup=False)
+                console.print(f"  {what}", highlight=False, soft_wrap=True, markup=False)
             else:
-                console.print(f"{head} {what}", highlight=False)
+                console.print(f"{head} {what}", highlight=False, markup=False)
         if not rows:
             console.print("no findings")
     if cycle.unresolved:
