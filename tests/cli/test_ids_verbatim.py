@@ -1,7 +1,9 @@
-"""Ids, turns and tool names print as they were recorded: an on-call engineer copies them from
-one command into the next. rich reads ``:name:`` as an emoji code and ``[tag]`` as markup, so a
-session ``s:fire:1`` printed as ``s🔥1``, or a tool ``[x]Grep`` printed as ``Grep``, is a name
-no command knows."""
+"""Ids, turns and tool names print as they were recorded, and nothing recorded acts on the
+terminal: an on-call engineer copies names from one command into the next. rich reads
+``:name:`` as an emoji code and ``[tag]`` as markup, so a session ``s:fire:1`` printed as
+``s🔥1``, or a tool ``[x]Grep`` printed as ``Grep``, is a name no command knows; and an escape
+sequence in a session id or a model's tool name would recolour, clear or retitle the terminal.
+Control characters are shown escaped, and an id pasted back in that form is found."""
 
 from __future__ import annotations
 
@@ -18,7 +20,19 @@ from turnwatch.tracing.ledger import Ledger
 # Both an emoji code and markup in each: either one mangled fails the test.
 SESSION, TURN, TOOL, CALL = "[bold]p:fire:1", "t:smile:[/]", "[link=x]Grep:rocket:", "c[1]"
 BUSY = "[i]b:fire:"  # a call runs, no stop: nothing to recover yet, and recover says so
-NAMES = {"pinned": SESSION, "busy": BUSY, "p1": TURN, "Grep": TOOL, "c1": CALL}
+# A colour, a newline and a right-to-left override; a tool that would retitle the terminal.
+STOPPING, WRITE = "s\x1b[31m\n\u202eX", "W\x1b]0;owned\x07"
+STOPPING_SHOWN, WRITE_SHOWN = "s\\x1b[31m\\n\\u202eX", "W\\x1b]0;owned\\x07"
+NAMES = {
+    "pinned": SESSION,
+    "busy": BUSY,
+    "stopping": STOPPING,
+    "p1": TURN,
+    "Grep": TOOL,
+    "Write": WRITE,
+    "c1": CALL,
+}
+RAW = ("\x1b", "\x07", "\u202e")  # what must never reach the terminal as it is
 
 
 def a_ledger(path: Path) -> Path:
@@ -46,8 +60,20 @@ def a_ledger(path: Path) -> Path:
         (("recover", SESSION, "--dry-run"), ("pinned_session: would",)),
         (("recover", BUSY, "--dry-run"), (BUSY, TOOL, CALL)),
         (("watch", "--once", "--no-recover"), (SESSION,)),
+        (("sessions",), (STOPPING_SHOWN,)),
+        (("explain", STOPPING_SHOWN), (STOPPING_SHOWN, WRITE_SHOWN)),
+        (("recover", STOPPING_SHOWN, "--dry-run"), (STOPPING_SHOWN, WRITE_SHOWN)),
     ],
-    ids=["sessions", "explain", "recover", "recover-nothing-yet", "watch"],
+    ids=[
+        "sessions",
+        "explain",
+        "recover",
+        "recover-nothing-yet",
+        "watch",
+        "sessions-controls",
+        "explain-controls",
+        "recover-controls",
+    ],
 )
 def test_what_a_command_prints_is_what_was_recorded(
     tmp_path: Path, argv: tuple[str, ...], expected: tuple[str, ...]
@@ -59,8 +85,20 @@ def test_what_a_command_prints_is_what_was_recorded(
     for text in expected:
         assert text in out, (text, out)
     assert not any(ord(ch) >= 0x1F300 for ch in out), out  # no emoji was made of a name
+    assert not any(raw in out for raw in RAW), out
 
 
 def test_an_unknown_id_is_said_as_it_was_asked(tmp_path: Path) -> None:
     path = a_ledger(tmp_path / "ledger.sqlite3")
     one_line_exit_2(turnwatch("explain", "[b]no:fire:", "--ledger", str(path)), "[b]no:fire:")
+    # Its one line names ids the ledger holds (one with a newline) escaped, as the asked one.
+    said = turnwatch("explain", "no\x1b[2J\n", "--ledger", str(path))
+    one_line_exit_2(said, "no\\x1b[2J\\n", STOPPING_SHOWN)
+    assert not any(raw in said.stderr for raw in RAW), said.stderr
+
+
+def test_an_id_is_found_as_typed_too(tmp_path: Path) -> None:
+    """An id that holds no escape: typed as it is, it is not mistaken for one that does."""
+    path = a_ledger(tmp_path / "ledger.sqlite3")
+    assert turnwatch("explain", STOPPING, "--ledger", str(path)).returncode == 0
+    one_line_exit_2(turnwatch("explain", "s\\x1b", "--ledger", str(path)), "s\\x1b")

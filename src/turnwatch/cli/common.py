@@ -55,7 +55,9 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """
     from rich.markup import escape
 
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    from turnwatch.cli.shown import visible
+
+    err.print(f"[bold red]error:[/] {escape(visible(message))}", highlight=False)
     return typer.Exit(code)
 
 

@@ -113,6 +113,7 @@ def say(ident: str, findings: list[Finding], as_json: bool, recover_hint: str) -
     from rich.text import Text
 
     from turnwatch.cli.common import console
+    from turnwatch.cli.shown import show, visible
     from turnwatch.watchdog.holds import reason
 
     if as_json:
@@ -120,12 +121,10 @@ def say(ident: str, findings: list[Finding], as_json: bool, recover_hint: str) -
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     # Names as recorded: a thread id or tool name is never read as markup.
-    console.print(
-        f"LangGraph thread {ident} (no turnwatch session records it)", highlight=False, markup=False
-    )
+    show(console, f"LangGraph thread {ident} (no turnwatch session records it)")
     for f in findings:
-        console.print(f"• {reason(f, 0.0)}", highlight=False, markup=False, soft_wrap=True)
-    command = f"turnwatch recover {ident}{recover_hint}"
+        show(console, f"• {reason(f, 0.0)}", soft_wrap=True)
+    command = visible(f"turnwatch recover {ident}{recover_hint}")
     console.print(Text.assemble("Recover with: ", (command, "bold")), soft_wrap=True)
 
 
@@ -136,18 +135,21 @@ def nothing(ident: str, threads: Threads | None, ledger: Path) -> str:
 
 
 def ledger_for(
-    threads: Threads | None, ledger: Path | None, ident: str, known: Callable[[Any], bool]
-) -> tuple[Any, list[Finding]]:
-    """The ledger's read connection (None: there is none yet, and a thread is looked at) and
-    the dangling findings of ``ident``; exit 2 in one line if neither knows it (``known``: the
-    ledger does)."""
+    threads: Threads | None, ledger: Path | None, ident: str, known: Callable[[Any, str], bool]
+) -> tuple[Any, list[Finding], str]:
+    """The ledger's read connection (None: there is none yet, and a thread is looked at), the
+    dangling findings of ``ident``, and ``ident`` as recorded: as typed, or as the commands
+    show it (its control characters escaped, :mod:`turnwatch.cli.shown`). Exit 2 in one line
+    if neither knows it (``known(conn, ident)``: the ledger does)."""
     from turnwatch.cli.common import ledger_path, read_conn, unknown_session
+    from turnwatch.cli.shown import typed_back
 
     bare = threads is not None and not ledger_path(ledger).exists()
     conn = None if bare else read_conn(ledger)
-    dangling = found(threads, conn, ident)
-    if (conn is None or not known(conn)) and not dangling:
-        if conn is None:
-            raise fail(nothing(ident, threads, ledger_path(ledger)))
-        raise unknown_session(conn, ident)
-    return conn, dangling
+    for asked in dict.fromkeys((ident, typed_back(ident))):
+        dangling = found(threads, conn, asked)
+        if dangling or (conn is not None and known(conn, asked)):
+            return conn, dangling, asked
+    if conn is None:
+        raise fail(nothing(ident, threads, ledger_path(ledger)))
+    raise unknown_session(conn, ident)

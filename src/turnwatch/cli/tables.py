@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from turnwatch.cli.shown import visible
 from turnwatch.runtime.model import SessionStatus
 from turnwatch.tracing.ages import age, ago  # noqa: F401 - age: still importable from here
 
@@ -146,13 +147,13 @@ def sessions_table(console: Console, rows: list[SessionView]) -> None:
 def _session_cells(r: SessionView) -> list[str]:
     style = _STATE_STYLE.get(r.state, "")
     return [
-        escape(r.session),
+        escape(visible(r.session)),
         f"[{style}]{r.state}[/]",
-        escape(r.turn or "-"),
+        escape(visible(r.turn or "-")),
         ago(r.since),
-        escape(r.mode or r.source or "unknown"),
+        escape(visible(r.mode or r.source or "unknown")),
         str(r.live_processes) if r.live_processes else "-",
-        escape(", ".join([*r.findings, *gap_words(r)]) or "-"),
+        escape(visible(", ".join([*r.findings, *gap_words(r)]) or "-")),
     ]
 
 

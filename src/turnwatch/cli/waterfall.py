@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnwatch import names
+from turnwatch.cli.shown import show, visible
 from turnwatch.cli.tables import seconds
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold, Move
@@ -239,22 +240,24 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
     stopped = ex.stop_at is not None
     head = Text.assemble(
         ("Stop of turn " if stopped else "Turn ", "bold"),
-        (ex.turn, "bold cyan"),
+        (visible(ex.turn), "bold cyan"),
         ("  session ", ""),
-        (ex.session, "cyan"),
+        (visible(ex.session), "cyan"),
         (f"  {ex.source}  " if ex.source and ex.mode == "unknown" else f"  mode {ex.mode}  ", ""),
         (ex.state, "bold red" if ex.state == SessionStatus.PINNED else "green"),
     )
     tree = []
     if ex.parent:
-        tree.append(Text.assemble(("nested run of session ", "dim"), (ex.parent, "cyan")))
+        tree.append(Text.assemble(("nested run of session ", "dim"), (visible(ex.parent), "cyan")))
     if ex.children:
-        tree.append(Text.assemble(("nested runs: ", "dim"), (", ".join(ex.children), "cyan")))
+        tree.append(
+            Text.assemble(("nested runs: ", "dim"), (visible(", ".join(ex.children)), "cyan"))
+        )
     walk = Table(box=None, show_header=True, pad_edge=False)
     for col in ("offset", "step", ""):
         walk.add_column(col)
     for off, label, detail in ex.steps:
-        walk.add_row(_offset(off), label, Text(detail, style="dim"))
+        walk.add_row(_offset(off), label, Text(visible(detail), style="dim"))
     # No stop's steps to draw: say so (the calls are timed from the turn's start).
     steps = walk if stopped else Text("never stopped: no stop reached this turn", style="dim")
     # At 80 columns the class and the containment go (the policy says what a stop did), and the
@@ -275,28 +278,30 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         released = Text(_offset(t.end)) if t.end is not None else Text("still held", "bold red")
         # Names as recorded, as Text: a str cell is read as markup (a tool ``[x]Grep`` is shown
         # as ``Grep``).
-        cells = [Text.assemble(t.tool, " ", (_short(t.call, ex.turn), "dim"))]
+        cells = [Text.assemble(visible(t.tool), " ", (visible(_short(t.call, ex.turn)), "dim"))]
         kept = _KEPT.get(t.containment or "", "-")
-        cells += [Text(c) for c in ((t.tool_class, t.policy, kept) if wide else (t.policy,))]
-        wf.add_row(*cells, Text(t.outcome), released, _bar(t, total, bar_w))
+        cells += [
+            Text(visible(c)) for c in ((t.tool_class, t.policy, kept) if wide else (t.policy,))
+        ]
+        wf.add_row(*cells, Text(visible(t.outcome)), released, _bar(t, total, bar_w))
     legend = Text("timeline: ░ ran unaware of the stop  █ stopping  ✕ never began", style="dim")
     parts: list[object] = [head, *tree, Text(""), steps, Text(""), wf, legend]
     parts += _arc(ex)
-    parts += [Text(f"note: {n}", style="yellow") for n in ex.notes]
+    parts += [Text(f"note: {visible(n)}", style="yellow") for n in ex.notes]
     if ex.reasons:
         parts += [Text(""), Text("What still holds the session:", style="bold red")]
         bullets = Table.grid(padding=(0, 1))  # a hanging indent: wrapped lines stay under the text
         bullets.add_column(no_wrap=True)
         bullets.add_column()
         for r in ex.reasons:
-            bullets.add_row(" •", Text(r))
+            bullets.add_row(" •", Text(visible(r)))
         parts.append(bullets)
     console.print(Panel(Group(*parts), title="turnwatch explain", expand=False))  # type: ignore[arg-type]
     if ex.recoverable:  # outside the panel, unwrapped: people copy and paste it
-        recover = Text.assemble("Recover with: ", (ex.verdict + ledger_hint, "bold"))
+        recover = Text.assemble("Recover with: ", (visible(ex.verdict + ledger_hint), "bold"))
         console.print(recover, soft_wrap=True)
     elif ex.reasons:
-        console.print(ex.verdict, soft_wrap=True, markup=False)
+        show(console, ex.verdict, soft_wrap=True)
 
 
 #: explain draws this many of an arc's last states (``--json`` has them all).
@@ -322,7 +327,7 @@ def _arc(ex: Explanation) -> list[object]:
         t.add_row(
             _clock(step.since),
             Text(step.state, style=_ARC_STYLE.get(step.state, "")),
-            Text(why, style="dim"),
+            Text(visible(why), style="dim"),
         )
     return [Text(""), t]
 

@@ -21,6 +21,7 @@ from turnwatch.cli.common import (
     seconds,
 )
 from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
+from turnwatch.cli.shown import show
 
 
 def explain(
@@ -45,8 +46,8 @@ def explain(
     seconds("--grace", grace)
     threads = lg.threads(langgraph_checkpoints, langgraph_graph, langgraph_quiet)
     lg_hint = lg.hint(threads, langgraph_graph)
-    conn, dangling = lg.ledger_for(
-        threads, ledger, ident, lambda c: find_turn(c, ident) is not None
+    conn, dangling, ident = lg.ledger_for(
+        threads, ledger, ident, lambda c, i: find_turn(c, i) is not None
     )
     found = None if conn is None else find_turn(conn, ident)
     if found is None:
@@ -66,5 +67,5 @@ def explain(
             out.save_svg(str(svg), title=f"turnwatch explain {ident}")
         except OSError as exc:
             raise fail(f"--svg {svg}: cannot write ({exc.strerror or exc})") from None
-        err.print(f"saved {svg}", markup=False)
+        show(err, f"saved {svg}")
     return None

@@ -19,6 +19,7 @@ from turnwatch.cli.common import (
     ledger_path,
     said_lost,
 )
+from turnwatch.cli.shown import show
 
 
 def ingest(
@@ -102,7 +103,7 @@ def _ingest_agent_logs(
         if not p.exists():
             raise fail(f"{p}: cannot read (No such file or directory)")
     wiring = _wire(ledger)
-    problems = Capped(lambda m: err.print(m, highlight=False, markup=False))
+    problems = Capped(lambda m: show(err, m))
     try:
         report = agent_files.run(paths, wiring, fmt=fmt, keep_args=keep_args, on_problem=problems)
     finally:
@@ -134,7 +135,7 @@ def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
     wiring = _wire(ledger)
 
     def say(message: str) -> None:
-        err.print(message, highlight=False, markup=False)
+        show(err, message)
 
     report = None
     problems = Capped(say)
@@ -166,7 +167,7 @@ def _ingest_events(source: str, ledger: Path | None, follow: bool) -> None:
 def _summary(wiring: Any, line: str, *, bad: int) -> None:
     """The one line an ingest ends with; exit 2 if a line was rejected, else 1 if an event was
     lost."""
-    err.print(line, highlight=False, markup=False)
+    show(err, line)
     if bad:
         if wiring.ledger.lost:
             fail(f"{wiring.ledger.lost} event(s) could not be written to {wiring.ledger.path}")

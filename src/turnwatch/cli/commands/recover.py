@@ -21,6 +21,7 @@ from turnwatch.cli.common import (
     seconds,
 )
 from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
+from turnwatch.cli.shown import show
 
 
 def recover(
@@ -46,7 +47,7 @@ def recover(
 
     seconds("--grace", grace)
     threads = lg.threads(langgraph_checkpoints, langgraph_graph, langgraph_quiet)
-    conn, _ = lg.ledger_for(threads, ledger, session, lambda c: session in session_ids(c))
+    conn, _, session = lg.ledger_for(threads, ledger, session, lambda c, s: s in session_ids(c))
     if threads is not None:  # its operator answers for the run being over: asked, or --yes
         threads.vouched.add(session)
     import asyncio
@@ -58,7 +59,7 @@ def recover(
             recover=True,
             dry_run=False,
             write=not dry_run,  # a dry run only looks: it records nothing
-            say=lambda m: console.print(f"  {m}", markup=False),
+            say=lambda m: show(console, f"  {m}"),
             threads=threads,
         )
     try:
@@ -72,13 +73,13 @@ def recover(
         findings = hold.findings
         if not hold.recoverable:
             for r in hold.reasons(time.time(), config(grace)):
-                console.print(f"• {r}", markup=False)
-            console.print(hold.verdict(), markup=False)
+                show(console, f"• {r}")
+            show(console, hold.verdict())
             return
         for a in asyncio.run(dog.act(findings, dry_run=True)):  # say it before doing it
-            console.print(
+            show(
+                console,
                 f"• {a.finding.kind}: would {a.said}" + (f" ({a.detail})" if a.detail else ""),
-                markup=False,
             )
         if dry_run:
             return
@@ -90,6 +91,6 @@ def recover(
     finally:
         close()
     for a in done:
-        console.print(f"• {a.finding.kind}: {a.said} → {a.result} {a.detail}", markup=False)
+        show(console, f"• {a.finding.kind}: {a.said} → {a.result} {a.detail}")
     if any(a.result in (RecoveryResult.FAILED, RecoveryResult.REFUSED) for a in done):
         raise typer.Exit(EXIT_FINDINGS)

@@ -24,6 +24,7 @@ from turnwatch.cli.common import (
     size,
     usable,
 )
+from turnwatch.cli.shown import show
 
 
 def serve(
@@ -94,7 +95,7 @@ def run_server(
                 path,
                 addr,
                 poll_s=poll,
-                say=lambda m: err.print(m, highlight=False, soft_wrap=True, markup=False),
+                say=lambda m: show(err, m, soft_wrap=True),
                 events=opts,
                 page=page,
                 grace_s=grace,

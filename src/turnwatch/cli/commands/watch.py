@@ -30,6 +30,7 @@ from turnwatch.cli.common import (
     usable,
 )
 from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
+from turnwatch.cli.shown import show
 
 
 def watch(
@@ -123,7 +124,7 @@ def watch(
         read_conn(path).close()
     elif path.exists():
         usable(path)
-    say = (lambda _m: None) if as_json else (lambda m: err.print(m, highlight=False, markup=False))
+    say = (lambda _m: None) if as_json else (lambda m: show(err, m))
     follow = None
     if agents:
         from turnwatch.cli.agent_files import roots
@@ -175,10 +176,10 @@ def watch(
             head = f"{r['kind']:<28} {r['session']:<16} pid {r['pid'] or '-':<8}"
             what = f"{r['action']} → {r['result']}"
             if len(head) + 1 + len(what) > console.width:  # stacked: a command is never broken
-                console.print(head.rstrip(), highlight=False, soft_wrap=True, markup=False)
-                console.print(f"  {what}", highlight=False, soft_wrap=True, markup=False)
+                show(console, head.rstrip(), soft_wrap=True)
+                show(console, f"  {what}", soft_wrap=True)
             else:
-                console.print(f"{head} {what}", highlight=False, markup=False)
+                show(console, f"{head} {what}")
         if not rows:
             console.print("no findings")
     if cycle.unresolved:
