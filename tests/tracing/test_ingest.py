@@ -70,6 +70,20 @@ def test_each_bad_line_is_reported_by_number_and_the_rest_kept(tmp_path: Path) -
     assert kinds == ["turn.started", "turn.settled", "processing.cleared"]
 
 
+def test_a_time_in_milliseconds_is_a_bad_line_that_says_so() -> None:
+    """Taken as seconds, a runtime writing milliseconds put its sessions 50,000 years ahead:
+    "0 s ago" in ``sessions`` forever, and never found pinned by the watchdog."""
+    now_ms = int(time.time() * 1000)
+    bad = parse_line(line(now_ms, "turn.started", "s", turn="t").encode(), 3)
+    assert isinstance(bad, BadLine)
+    assert bad.reason == f"ts {now_ms} is not unix seconds: after the year 5138 (milliseconds?)"
+    for edge in (100_000_000_000, 1e11, time.time()):
+        assert isinstance(parse_line(line(edge, "turn.started", "s", turn="t").encode(), 1), Event)
+    stream = io.BytesIO(b"\n".join([GOOD.encode(), line(now_ms, "turn.started", "s").encode()]))
+    report = ingest(stream, MemorySink())
+    assert (report.good, [b.lineno for b in report.bad]) == (1, [2])
+
+
 def test_a_ten_megabyte_line_is_rejected_without_losing_neighbours() -> None:
     big = b'{"ts": 1, "kind": "turn.started", "session": "' + b"s" * 10_000_000 + b'"}\n'
     stream = io.BytesIO(GOOD.encode() + b"\n" + big + GOOD.encode() + b"\n")
@@ -252,6 +266,7 @@ _FIELDS = st.dictionaries(
 @example(kind="tool.started", fields={"session": ""}, drop=set(), attrs=None)
 @example(kind="tool.started", fields={"turn": "x" * 257}, drop=set(), attrs=None)
 @example(kind="tool.started", fields={"ts": -1}, drop=set(), attrs=None)
+@example(kind="tool.started", fields={"ts": 100_000_000_001}, drop=set(), attrs=None)
 @example(kind="tool.started", fields={"mono_ns": True}, drop=set(), attrs=None)
 @example(kind="tool.started", fields={"trace_id": "0" * 31 + "\n"}, drop=set(), attrs=None)
 @example(kind="tool.started", fields={"x": 1}, drop=set(), attrs=None)

@@ -23,6 +23,10 @@ from turnwatch.tracing import codec
 
 #: A longer line is refused without being parsed (a runaway writer, a binary file).
 MAX_LINE_BYTES = 1024 * 1024
+#: The latest ``ts`` a line may have (the schema's bound, the year 5138). A runtime that writes
+#: milliseconds writes ~1.7e12: taken as seconds, its sessions would sit 50,000 years ahead,
+#: always "0 s ago", and never be found pinned.
+TS_MAX = 100_000_000_000
 MAX_REPORTED = 1000
 
 
@@ -78,7 +82,7 @@ def _digest(value: Any) -> str:
 
 #: The digest of the schema (without its per-kind rules) that :func:`_fits` was written for: a
 #: schema changed since is validated by the compiled code alone until ``_fits`` follows it.
-_FITS_SCHEMA = "3c09587ebd9a319fadc1fab2ea600d52"
+_FITS_SCHEMA = "d0ee44f5dacca7cf5612667607bca57a"
 _IDS = ("session", "turn", "call", "tool")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
@@ -115,7 +119,7 @@ def _fits(obj: Any, shape: _Shape) -> bool:
     if type(obj) is not dict or not shape.keys.issuperset(obj):
         return False
     ts = obj.get("ts")
-    if (type(ts) is not float and type(ts) is not int) or ts < 0:
+    if (type(ts) is not float and type(ts) is not int) or not 0 <= ts <= TS_MAX:
         return False
     kind = obj.get("kind")
     if type(kind) is not str or kind not in shape.kinds or "session" not in obj:
@@ -242,6 +246,11 @@ def parse_line(raw: bytes, lineno: int) -> Event | BadLine | None:
     try:
         validator()(obj)
     except fastjsonschema.JsonSchemaValueException as exc:
+        ts = obj.get("ts") if isinstance(obj, dict) else None
+        if exc.message.startswith("data.ts ") and isinstance(ts, int | float) and ts > TS_MAX:
+            return BadLine(
+                lineno, f"ts {ts!r} is not unix seconds: after the year 5138 (milliseconds?)"
+            )
         return BadLine(lineno, exc.message)
     return Event(
         kind=obj["kind"],
