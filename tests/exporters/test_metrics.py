@@ -122,3 +122,61 @@ def test_the_exposition_passes_promtool_lint(registry: CollectorRegistry, endpoi
         [need("promtool"), "check", "metrics"], input=text, capture_output=True, text=True
     )
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_label_values_stay_in_their_closed_sets_whatever_a_runtime_writes() -> None:
+    """A foreign runtime's own word for a mode, a policy, an outcome, a finding or a result, new
+    in every session, is counted as ``other``: the series do not grow with history (design §4;
+    they grew by one per session before, for as long as turnwatch ran)."""
+    import io
+    import json
+
+    from turnwatch.runtime.model import FindingKind, Mode, Outcome, Policy, ToolClass
+    from turnwatch.tracing.ingest import ingest
+
+    def line(ts: float, kind: str, s: str, **kw: object) -> str:
+        return json.dumps({"ts": ts, "kind": kind, "session": s, **kw})
+
+    lines = []
+    for i in range(40):
+        s, t, call = f"s{i}", 1.7e9 + i, {"turn": "t", "call": "c", "tool": "Bash"}
+        lines += [
+            line(t, "runtime.started", s, attrs={"pid": 1, "create_time": 1.0, "mode": f"m{i}"}),
+            line(t, "turn.started", s, turn="t"),
+            line(t, "tool.requested", s, **call, attrs={"class": "process"}),
+            line(t, "tool.started", s, **call),
+            line(t + 0.1, "stop.clicked", s, turn="t"),
+            line(t + 0.1, "abort.rpc.received", s, turn="t", attrs={"source": "ui"}),
+            line(t + 0.1, "abort.walk.started", s, turn="t"),
+            line(t + 0.1, "tools.abort.sent", s, **call, attrs={"policy": f"p{i}"}),
+            line(t + 0.2, "tool.finished", s, **call, attrs={"outcome": f"o{i}"}),
+            line(t + 0.2, "turn.settled", s, turn="t", attrs={"outcome": "aborted"}),
+            line(t + 0.3, "processing.cleared", s, turn="t"),
+            line(t + 0.4, "watchdog.finding", s, turn="t", attrs={"finding": f"f{i}"}),
+            line(t + 0.5, "watchdog.recovered", s, turn="t", attrs={"result": f"r{i}"}),
+        ]
+    registry = CollectorRegistry()
+    report = ingest(
+        io.BytesIO("\n".join(lines).encode()), Telemetry(observers=[StopMetrics(registry)])
+    )
+    assert (report.good, report.bad_count) == (len(lines), 0)
+    extra = {"other", "unknown"}
+    allowed = {
+        "mode": {m.value for m in Mode} | extra,
+        "tool_class": {c.value for c in ToolClass} | extra,
+        "policy": {p.value for p in Policy} | extra,
+        "outcome": {o.value for o in Outcome} | extra,
+        "kind": {k.value for k in FindingKind} | extra,
+        "result": {"ok", "failed", "refused"} | extra,
+    }
+    seen: dict[str, set[str]] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            for label, value in sample.labels.items():
+                if label in allowed:
+                    seen.setdefault(label, set()).add(value)
+    for label, values in seen.items():
+        assert values <= allowed[label], (label, values - allowed[label])
+    assert {"mode", "policy", "outcome", "kind", "result"} <= seen.keys()
+    stops = registry.get_sample_value(names.M_STOPS + "_total", {"mode": "other"})
+    assert stops == 40  # every stop counted, under one series

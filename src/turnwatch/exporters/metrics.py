@@ -18,7 +18,16 @@ from prometheus_client.registry import Collector
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import IDLE_BY_SERVER, MAX_RELEASED, Fold, Move, Step, Store
-from turnwatch.runtime.model import BUILTIN_CLASSES, RECORDED_RESULTS, Outcome, Policy
+from turnwatch.runtime.model import (
+    BUILTIN_CLASSES,
+    RECORDED_RESULTS,
+    FindingKind,
+    Mode,
+    Outcome,
+    Policy,
+    ToolClass,
+    TurnOutcome,
+)
 
 #: Fine below 10 ms (race releases in µs), a boundary on the 10 s grace window, long tail after.
 STOP_BUCKETS = (
@@ -48,6 +57,30 @@ STOP_BUCKETS = (
     1800.0,
 )
 SCAN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
+
+
+#: What a label whose value is none of its closed set says (design §4: label values come from
+#: closed sets). A foreign runtime's own word for a mode, a policy or an outcome (or a new one
+#: per session) would otherwise add series without bound for as long as turnwatch runs: memory
+#: here, and every scrape.
+OTHER = "other"
+#: What a label says where the event said nothing.
+UNKNOWN = "unknown"
+_MODES = frozenset(m.value for m in Mode)
+_TURN_OUTCOMES = frozenset(o.value for o in TurnOutcome)
+_CLASSES = frozenset(c.value for c in ToolClass)
+_POLICIES = frozenset(p.value for p in Policy)
+_OUTCOMES = frozenset(o.value for o in Outcome)
+_FINDINGS = frozenset(k.value for k in FindingKind)
+_RESULTS = frozenset(r.value for r in RECORDED_RESULTS)
+
+
+def closed(value: object, allowed: frozenset[str]) -> str:
+    """``value`` as a label of the closed set ``allowed``: itself, ``unknown`` when missing,
+    ``other`` when it is none of them."""
+    if value is None or value == "":
+        return UNKNOWN
+    return value if isinstance(value, str) and value in allowed else OTHER
 
 
 def tool_label(tool: str | None) -> str:
@@ -143,7 +176,7 @@ class StopMetrics:
                 on(self, st)
 
     def _mode(self, st: Step) -> str:
-        return st.session.mode or "unknown"
+        return closed(st.session.mode, _MODES)
 
     def _on_stop(self, st: Step) -> None:
         self.stops.labels(mode=self._mode(st)).inc()
@@ -151,7 +184,8 @@ class StopMetrics:
     def _on_settled(self, st: Step) -> None:
         s = st.session
         if s.stopped:
-            self.stop_to_settle.labels(mode=self._mode(st), outcome=s.outcome or "unknown").observe(
+            outcome = closed(s.outcome, _TURN_OUTCOMES)
+            self.stop_to_settle.labels(mode=self._mode(st), outcome=outcome).observe(
                 _since(s.stop_ts, s.stop_mono, st.ev), _exemplar(st.ev)
             )
 
@@ -181,9 +215,9 @@ class StopMetrics:
             self.discarded.labels(tool=tool_label(c.tool)).inc()
         if c.abort_ts is not None:
             self.tool_abort.labels(
-                tool_class=c.tool_class or "unknown",
-                policy=c.policy or "unknown",
-                outcome=c.outcome or "unknown",
+                tool_class=closed(c.tool_class, _CLASSES),
+                policy=closed(c.policy, _POLICIES),
+                outcome=closed(c.outcome, _OUTCOMES),
             ).observe(_since(c.abort_ts, c.abort_mono, st.ev), _exemplar(st.ev))
 
     def _on_grace_expired(self, st: Step) -> None:
@@ -193,10 +227,10 @@ class StopMetrics:
         self.permissions_cancelled.inc()
 
     def _on_finding(self, st: Step) -> None:
-        self.findings.labels(kind=str(st.ev.attrs.get(names.K_FINDING, "unknown"))).inc()
+        self.findings.labels(kind=closed(st.ev.attrs.get(names.K_FINDING), _FINDINGS)).inc()
 
     def _on_recovered(self, st: Step) -> None:
-        self.recoveries.labels(result=str(st.ev.attrs.get(names.K_RESULT, "unknown"))).inc()
+        self.recoveries.labels(result=closed(st.ev.attrs.get(names.K_RESULT), _RESULTS)).inc()
 
     #: What each move does here; a move not listed does nothing.
     _ON_MOVE: ClassVar[Mapping[Move, Callable[[StopMetrics, Step], None]]] = {
