@@ -267,6 +267,58 @@ def test_a_long_running_reader_keeps_a_bounded_number_of_released_calls() -> Non
     assert ("f", "open") in fold.calls  # calls still held are never forgotten
 
 
+def test_a_long_running_reader_keeps_a_bounded_number_of_idle_sessions() -> None:
+    """Memory bounded by what is live, not by history: past the bound the sessions idle longest
+    are forgotten; a session still processing never is, nor one busy again since."""
+    fold = Fold(Store(max_released=3, max_idle=3))
+    t = time.time()
+    fold(ev(t, names.RUNTIME_STARTED, "busy", turn=None, attrs={"mode": "adr"}))
+    fold(ev(t, names.TURN_STARTED, "busy"))
+    for i in range(6):
+        s = f"s{i}"
+        fold(ev(t, names.RUNTIME_STARTED, s, turn=None, attrs={"mode": "adr"}))
+        fold(ev(t, names.TURN_STARTED, s))
+        fold(ev(t, names.TURN_SETTLED, s, attrs={"outcome": "completed"}))
+        fold(ev(t, names.PROCESSING_CLEARED, s))
+        if i == 1:  # s0 is busy again: kept, and counted once idle again
+            fold(ev(t, names.TURN_STARTED, "s0", turn="t2"))
+    assert sorted(fold.sessions) == ["busy", "s0", "s3", "s4", "s5"]
+    fold(ev(t, names.PROCESSING_CLEARED, "s0", turn="t2"))
+    assert sorted(fold.sessions) == ["busy", "s0", "s4", "s5"]
+    # A forgotten session's next event reads as its first: its mode is no longer known.
+    assert fold(ev(t + 1, names.TURN_STARTED, "s1", turn="t2")).session.mode is None
+    assert fold.sessions["s4"].mode == "adr"
+
+
+def test_serve_metrics_memory_does_not_grow_with_the_sessions_it_has_seen() -> None:
+    """``serve-metrics`` folds the whole ledger into its metrics, for months: 12,000 more idle
+    sessions past the bound cost it nothing more (they cost ~300 bytes each before)."""
+    import tracemalloc
+
+    metrics = StopMetrics(CollectorRegistry())
+    t = time.time()
+
+    def sessions(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            s = f"session-{i}"
+            metrics.observe(ev(t, names.TURN_STARTED, s))
+            metrics.observe(ev(t, names.TOOL_REQUESTED, s, call="c", tool="Grep"))
+            metrics.observe(ev(t, names.TOOL_STARTED, s, call="c", tool="Grep"))
+            metrics.observe(ev(t, names.TOOL_FINISHED, s, call="c", tool="Grep"))
+            metrics.observe(ev(t, names.TURN_SETTLED, s, attrs={"outcome": "completed"}))
+            metrics.observe(ev(t, names.PROCESSING_CLEARED, s))
+
+    tracemalloc.start()
+    try:
+        sessions(0, 11_000)  # past the bound a reader keeps (10,000 idle sessions)
+        before, _ = tracemalloc.get_traced_memory()
+        sessions(11_000, 12_000)
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert after - before < 500_000, after - before
+
+
 def test_the_rules_are_written_once() -> None:
     """No consumer of the stream dispatches on event kinds of the stop path any more."""
     src = Path(__file__).resolve().parents[2] / "src" / "turnwatch"

@@ -17,7 +17,15 @@ from prometheus_client.registry import Collector
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
-from turnwatch.runtime.fold import IDLE_BY_SERVER, MAX_RELEASED, Fold, Move, Step, Store
+from turnwatch.runtime.fold import (
+    IDLE_BY_SERVER,
+    MAX_IDLE_SESSIONS,
+    MAX_RELEASED,
+    Fold,
+    Move,
+    Step,
+    Store,
+)
 from turnwatch.runtime.model import (
     BUILTIN_CLASSES,
     RECORDED_RESULTS,
@@ -165,7 +173,7 @@ class StopMetrics:
     def observe(self, ev: Event) -> None:
         """Count one event (in stream order)."""
         if self._fold is None:
-            self._fold = Fold(Store(MAX_RELEASED))
+            self._fold = Fold(Store(MAX_RELEASED, MAX_IDLE_SESSIONS))
         self.on_step(self._fold(ev))
 
     def on_step(self, st: Step) -> None:

@@ -196,19 +196,25 @@ class Step:
 class Store:
     """Where a fold keeps its state: in memory here; the ledger writer keeps rows it syncs.
 
-    ``max_released`` bounds a long-running reader's memory (spans and metrics of a watchdog
-    that runs for weeks): past it, the oldest released calls are forgotten. A late event of a
-    forgotten call then reads as a call first seen, which only a stream that late can notice.
+    ``max_released`` and ``max_idle`` bound a long-running reader's memory (spans and metrics
+    of a watchdog or ``serve-metrics`` that runs for months) by what is live, not by history:
+    past them, the oldest released calls and the sessions idle longest (their processing
+    cleared) are forgotten. A late event of a forgotten call or session then reads as one first
+    seen (a forgotten session's next stop is of mode ``unknown``, its ``runtime.started`` long
+    gone), which only a stream that late can notice.
 
     A fold looks a state up in ``sessions`` and ``calls`` itself, and calls :meth:`session` and
     :meth:`call` only for one first seen, which they create and keep.
     """
 
-    def __init__(self, max_released: int | None = None) -> None:
+    def __init__(self, max_released: int | None = None, max_idle: int | None = None) -> None:
         self.sessions: dict[str, SessionState] = {}
         self.calls: dict[tuple[str, str], CallState] = {}
         self.max_released = max_released
+        self.max_idle = max_idle
         self._released: deque[tuple[str, str]] = deque()
+        # Sessions by when they last went idle, oldest first (a dict keeps its order).
+        self._idle: dict[str, None] = {}
 
     def released(self, c: CallState) -> None:
         """``c`` was just released: forget the oldest released calls past the bound."""
@@ -217,6 +223,20 @@ class Store:
         self._released.append((c.session, c.call))
         while len(self._released) > self.max_released:
             self.calls.pop(self._released.popleft(), None)
+
+    def idle(self, s: SessionState) -> None:
+        """``s`` went idle: forget the sessions idle longest past the bound (a session busy
+        again since is kept, and counted once it goes idle again)."""
+        if self.max_idle is None:
+            return
+        self._idle.pop(s.session, None)
+        self._idle[s.session] = None
+        while len(self._idle) > self.max_idle:
+            sid = next(iter(self._idle))
+            del self._idle[sid]
+            old = self.sessions.get(sid)
+            if old is not None and not old.processing:
+                del self.sessions[sid]
 
     def session(self, session: str) -> SessionState:
         s = self.sessions.get(session)
@@ -246,6 +266,9 @@ _CROSSED = (Move.CROSSED,)
 _RELEASED = (Move.RELEASED,)
 #: What a long-running reader (spans, metrics) keeps of calls already released.
 MAX_RELEASED = 10_000
+#: What a long-running reader keeps of idle sessions (those processing are all kept).
+MAX_IDLE_SESSIONS = 10_000
+_CLEARED_KIND = names.PROCESSING_CLEARED
 _ACCEPTED = (None, Receipt.ACCEPTED.value)
 #: ``idle_by`` of a stop the server's own processing.cleared measured.
 IDLE_BY_SERVER = "server"
@@ -276,7 +299,10 @@ class Fold:
             s.last_ts = ts
         on_session = _SESSION_RULES.get(kind)
         if on_session is not None:
-            return Step(on_session(s, ev), ev, s, None)
+            moves = on_session(s, ev)
+            if kind == _CLEARED_KIND and not s.processing:
+                store.idle(s)
+            return Step(moves, ev, s, None)
         if ev.call is None:
             return Step(_NONE, ev, s, None)
         c = store.calls.get((ev.session, ev.call))

@@ -22,7 +22,15 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from turnwatch import names
 from turnwatch.runtime.events import Event, new_event
-from turnwatch.runtime.fold import MAX_RELEASED, CallState, Fold, Move, Step, Store
+from turnwatch.runtime.fold import (
+    MAX_IDLE_SESSIONS,
+    MAX_RELEASED,
+    CallState,
+    Fold,
+    Move,
+    Step,
+    Store,
+)
 from turnwatch.runtime.model import Outcome, Receipt, RecoveryResult, ToolClass
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -81,7 +89,7 @@ class SpanBuilder:
 
     def __call__(self, ev: Event) -> Event:
         if self._fold is None:
-            self._fold = Fold(Store(MAX_RELEASED))
+            self._fold = Fold(Store(MAX_RELEASED, MAX_IDLE_SESSIONS))
         return self.on_step(self._fold(ev))
 
     def on_step(self, st: Step) -> Event:
