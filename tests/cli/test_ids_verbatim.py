@@ -102,3 +102,21 @@ def test_an_id_is_found_as_typed_too(tmp_path: Path) -> None:
     path = a_ledger(tmp_path / "ledger.sqlite3")
     assert turnwatch("explain", STOPPING, "--ledger", str(path)).returncode == 0
     one_line_exit_2(turnwatch("explain", "s\\x1b", "--ledger", str(path)), "s\\x1b")
+
+
+def test_the_recover_command_explain_prints_runs_as_pasted(tmp_path: Path) -> None:
+    """``Recover with:`` is a command people paste into a shell: the id (``[bold]…`` is a glob
+    to a shell) and a ledger path with a space in it are quoted as a shell reads them."""
+    import shlex
+
+    where = tmp_path / "a dir"
+    where.mkdir()
+    path = a_ledger(where / "ledger.sqlite3")
+    said = turnwatch("explain", SESSION, "--ledger", str(path), env={"COLUMNS": "300"})
+    [line] = [x for x in said.stdout.splitlines() if x.startswith("Recover with: ")]
+    argv = shlex.split(line.removeprefix("Recover with: "))
+    assert argv[:3] == ["turnwatch", "recover", SESSION]
+    assert argv[3:] == ["--ledger", str(path)]
+    pasted = turnwatch(*argv[1:], "--dry-run")
+    assert pasted.returncode == 0, pasted.stdout + pasted.stderr
+    assert "pinned_session: would" in pasted.stdout

@@ -4,6 +4,7 @@ whose threads a stopped or dead run left with unanswered calls, and the graph th
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -88,7 +89,9 @@ def hint(threads: Threads | None, graph: str | None) -> str:
     """What ``recover`` needs on its command line to answer a dangling thread."""
     if threads is None:
         return ""
-    return f" --langgraph-checkpoints {threads.path} --langgraph-graph {graph or 'MODULE:ATTR'}"
+    return " " + shlex.join(
+        ["--langgraph-checkpoints", str(threads.path), "--langgraph-graph", graph or "MODULE:ATTR"]
+    )
 
 
 def found(threads: Threads | None, conn: Any, ident: str) -> list[Finding]:
@@ -124,7 +127,7 @@ def say(ident: str, findings: list[Finding], as_json: bool, recover_hint: str) -
     show(console, f"LangGraph thread {ident} (no turnwatch session records it)")
     for f in findings:
         show(console, f"• {reason(f, 0.0)}", soft_wrap=True)
-    command = visible(f"turnwatch recover {ident}{recover_hint}")
+    command = visible(f"turnwatch recover {shlex.quote(ident)}{recover_hint}")
     console.print(Text.assemble("Recover with: ", (command, "bold")), soft_wrap=True)
 
 

@@ -9,6 +9,7 @@ and nothing may end it).
 
 from __future__ import annotations
 
+import shlex
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -65,8 +66,8 @@ class Hold:
 
     def verdict(self) -> str:
         """The line that ends what a command says of it."""
-        if self.recoverable:
-            return f"turnwatch recover {self.session}"
+        if self.recoverable:  # a command to paste: the id quoted as a shell reads it
+            return f"turnwatch recover {shlex.quote(self.session)}"
         if self.waiting and all(w.prompt for w in self.waiting):
             return (
                 f"nothing to recover in session {self.session}: it waits for its user to "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -59,7 +60,9 @@ def explain(
         data["findings"] = [f.to_json() for f in result.findings]
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return None
-    hint = (f" --ledger {ledger}" if ledger else "") + (lg_hint if dangling else "")
+    hint = (f" --ledger {shlex.quote(str(ledger))}" if ledger else "") + (
+        lg_hint if dangling else ""
+    )
     out = Console(record=True, emoji=False) if svg else console
     ex.render(out, result, hint)
     if svg:

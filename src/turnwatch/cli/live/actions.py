@@ -10,6 +10,7 @@ would act: :func:`turnwatch.watchdog.holds.what_holds` decides, as it does for `
 from __future__ import annotations
 
 import asyncio
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,7 +61,7 @@ def recover_by_watchdog(ledger: Path, grace_s: float) -> Recover:
                 "actions": [],
                 "verdict": hold.verdict(),
                 "reasons": hold.reasons(time.time(), cfg),
-                "command": f"turnwatch recover {session} --ledger {ledger}",
+                "command": shlex.join(["turnwatch", "recover", session, "--ledger", str(ledger)]),
             }
             if not hold.recoverable:
                 return answer
