@@ -26,3 +26,5 @@ def test_what_needs_no_escape_is_shown_as_it_is() -> None:
         assert visible(text) == text
     assert visible("a\x1b[2Jb\n\u202e") == "a\\x1b[2Jb\\n\\u202e"
     assert visible("\x9b\x7f\t") == "\\x9b\\x7f\\t"
+    # Only what visible writes is undone: an escape of a printable character is text.
+    assert typed_back("a\\x41\\u0042\\x1b") == "a\\x41\\u0042\x1b"

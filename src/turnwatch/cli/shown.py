@@ -32,8 +32,14 @@ def visible(text: str) -> str:
 
 
 def typed_back(text: str) -> str:
-    """What :func:`visible` showed as ``text`` (an id pasted back): its escapes undone."""
-    return _ESCAPED.sub(lambda m: _NAMED.get(m[3]) or chr(int(m[1] or m[2], 16)), text)
+    """What :func:`visible` showed as ``text`` (an id pasted back): the escapes it writes
+    undone, and only those (``\\x41`` stays as it is: visible never writes it)."""
+    return _ESCAPED.sub(_undo, text)
+
+
+def _undo(m: re.Match[str]) -> str:
+    ch = _NAMED.get(m[3]) or chr(int(m[1] or m[2], 16))
+    return ch if ord(ch) in _ESCAPES else m[0]
 
 
 def show(console: Console, text: str, **kwargs: Any) -> None:
