@@ -18,7 +18,7 @@ from rich.console import Console
 from turnwatch.tracing.paths import default_path
 
 # No emoji codes: rich reads ``:fire:`` in a session id as one, and an id printed as ``s🔥1`` is
-# an id no command knows. (Markup is escaped where text is printed.)
+# an id no command knows. (Recorded text is printed as text, its controls escaped: cli.shown.)
 console = Console(emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)  # one message, one line: grep-able
 
