@@ -15,7 +15,17 @@ from tests.watchdog.helpers import Recorder
 from turnwatch.cli.demo.scenario import leftovers
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.tools.proctree import CALL_MARKER
-from turnwatch.tracing.ages import age
+from turnwatch.tracing.ages import age, ago
+
+
+def test_a_time_ahead_of_this_clock_is_said_to_be() -> None:
+    """A runtime three hours ahead (its local time written as UTC) is not "0 s ago": a
+    session that looks fresh in triage is one nobody looks at."""
+    now = 1_764_900_000.0
+    assert ago(now + 3 * 3600, now) == "3 h 0 min ahead"
+    assert ago(now + 30, now) == "0 s ago"  # two machines' clocks: within a minute is now
+    assert ago(now - 75, now) == "1 min 15 s ago"
+    assert ago(None, now) == "-"
 
 
 def test_ages_read_at_a_glance() -> None:

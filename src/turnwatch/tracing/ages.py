@@ -19,8 +19,17 @@ def age(seconds: float) -> str:
     return f"{secs // 86_400} d"
 
 
+#: How far ahead of this clock a time may be and still read as now (clocks of two machines).
+AHEAD_SLACK_S = 60.0
+
+
 def ago(ts: float | None, now: float | None = None) -> str:
-    """``3 h 12 min ago`` style (see :func:`age`); ``-`` for no time."""
+    """``3 h 12 min ago`` style (see :func:`age`); ``-`` for no time; ``3 h 0 min ahead``
+    for a time past this clock's now by more than a minute (a runtime whose clock is ahead, or
+    that wrote its local time as UTC): "0 s ago" would call such a session fresh."""
     if ts is None:
         return "-"
-    return f"{age((now or time.time()) - ts)} ago"
+    since = (now or time.time()) - ts
+    if since < -AHEAD_SLACK_S:
+        return f"{age(-since)} ahead"
+    return f"{age(since)} ago"
