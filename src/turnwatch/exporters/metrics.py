@@ -19,8 +19,6 @@ from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import (
     IDLE_BY_SERVER,
-    MAX_IDLE_SESSIONS,
-    MAX_RELEASED,
     Fold,
     Move,
     Step,
@@ -173,7 +171,7 @@ class StopMetrics:
     def observe(self, ev: Event) -> None:
         """Count one event (in stream order)."""
         if self._fold is None:
-            self._fold = Fold(Store(MAX_RELEASED, MAX_IDLE_SESSIONS))
+            self._fold = Fold(Store.for_reader())
         self.on_step(self._fold(ev))
 
     def on_step(self, st: Step) -> None:

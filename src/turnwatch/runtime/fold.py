@@ -216,6 +216,12 @@ class Store:
         # Sessions by when they last went idle, oldest first (a dict keeps its order).
         self._idle: dict[str, None] = {}
 
+    @classmethod
+    def for_reader(cls) -> Store:
+        """A long-running reader's store (spans, metrics): :data:`MAX_RELEASED` released calls
+        and :data:`MAX_IDLE_SESSIONS` idle sessions."""
+        return cls(MAX_RELEASED, MAX_IDLE_SESSIONS)
+
     def released(self, c: CallState) -> None:
         """``c`` was just released: forget the oldest released calls past the bound."""
         if self.max_released is None:

@@ -23,8 +23,6 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from turnwatch import names
 from turnwatch.runtime.events import Event, new_event
 from turnwatch.runtime.fold import (
-    MAX_IDLE_SESSIONS,
-    MAX_RELEASED,
     CallState,
     Fold,
     Move,
@@ -89,7 +87,7 @@ class SpanBuilder:
 
     def __call__(self, ev: Event) -> Event:
         if self._fold is None:
-            self._fold = Fold(Store(MAX_RELEASED, MAX_IDLE_SESSIONS))
+            self._fold = Fold(Store.for_reader())
         return self.on_step(self._fold(ev))
 
     def on_step(self, st: Step) -> Event:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from turnwatch.runtime.events import Event
-from turnwatch.runtime.fold import MAX_IDLE_SESSIONS, MAX_RELEASED, Fold, Step, StepReader, Store
+from turnwatch.runtime.fold import Fold, Step, StepReader, Store
 
 log = logging.getLogger("turnwatch.telemetry")
 
@@ -71,7 +71,7 @@ class Stages:
     def __call__(self, ev: Event) -> Event:
         """Fold ``ev`` here and read its step (telemetry with no ledger)."""
         if self._fold is None:
-            self._fold = Fold(Store(MAX_RELEASED, MAX_IDLE_SESSIONS))
+            self._fold = Fold(Store.for_reader())
         try:
             st = self._fold(ev)
         except Exception:  # a fold bug must not lose the event
