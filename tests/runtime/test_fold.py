@@ -287,7 +287,12 @@ def test_a_long_running_reader_keeps_a_bounded_number_of_idle_sessions() -> None
     assert sorted(fold.sessions) == ["busy", "s0", "s4", "s5"]
     # A forgotten session's next event reads as its first: its mode is no longer known.
     assert fold(ev(t + 1, names.TURN_STARTED, "s1", turn="t2")).session.mode is None
-    assert fold.sessions["s4"].mode == "adr"
+    assert fold.sessions["s5"].mode == "adr"  # one kept keeps what it knew
+    # Sessions no turn ever made busy (a finding, a late event of a forgotten one) are idle
+    # from their first event: bounded too.
+    for i in range(6):
+        fold(ev(t, names.WATCHDOG_FINDING, f"stray{i}", attrs={"finding": "pinned_session"}))
+    assert sorted(fold.sessions) == ["busy", "s1", "stray3", "stray4", "stray5"]
 
 
 def test_serve_metrics_memory_does_not_grow_with_the_sessions_it_has_seen() -> None:

@@ -198,8 +198,9 @@ class Store:
 
     ``max_released`` and ``max_idle`` bound a long-running reader's memory (spans and metrics
     of a watchdog or ``serve-metrics`` that runs for months) by what is live, not by history:
-    past them, the oldest released calls and the sessions idle longest (their processing
-    cleared) are forgotten. A late event of a forgotten call or session then reads as one first
+    past them, the oldest released calls and the sessions idle longest (since their processing
+    cleared, or since first seen if no turn made them busy) are forgotten; every session still
+    processing is kept. A late event of a forgotten call or session then reads as one first
     seen (a forgotten session's next stop is of mode ``unknown``, its ``runtime.started`` long
     gone), which only a stream that late can notice.
 
@@ -248,6 +249,9 @@ class Store:
         s = self.sessions.get(session)
         if s is None:
             s = self.sessions[session] = SessionState(session)
+            # Idle until a turn makes it busy: a session only ever named by a finding or a
+            # stray event is bounded like any other idle one.
+            self.idle(s)
         return s
 
     def call(self, ev: Event) -> CallState:
