@@ -113,11 +113,9 @@ def say(ident: str, findings: list[Finding], as_json: bool, recover_hint: str) -
     import json
     import sys
 
-    from rich.text import Text
-
     from turnwatch.cli.common import console
-    from turnwatch.cli.shown import show, visible
-    from turnwatch.watchdog.holds import reason
+    from turnwatch.cli.shown import recover_with, show
+    from turnwatch.watchdog.holds import reason, recover_command
 
     if as_json:
         data = {"session": ident, "findings": [f.to_json() for f in findings]}
@@ -127,8 +125,7 @@ def say(ident: str, findings: list[Finding], as_json: bool, recover_hint: str) -
     show(console, f"LangGraph thread {ident} (no turnwatch session records it)")
     for f in findings:
         show(console, f"• {reason(f, 0.0)}", soft_wrap=True)
-    command = visible(f"turnwatch recover {shlex.quote(ident)}{recover_hint}")
-    console.print(Text.assemble("Recover with: ", (command, "bold")), soft_wrap=True)
+    recover_with(console, recover_command(ident) + recover_hint)
 
 
 def nothing(ident: str, threads: Threads | None, ledger: Path) -> str:

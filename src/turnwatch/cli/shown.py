@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 _BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 _ESCAPES: dict[int, str] = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
@@ -45,3 +46,9 @@ def _undo(m: re.Match[str]) -> str:
 def show(console: Console, text: str, **kwargs: Any) -> None:
     """Print one message that carries recorded text: as text, not markup, its controls escaped."""
     console.print(visible(text), markup=False, highlight=False, **kwargs)
+
+
+def recover_with(console: Console, command: str) -> None:
+    """``Recover with: <command>``: the command whole on one line (people paste it), bold, its
+    controls escaped."""
+    console.print(Text.assemble("Recover with: ", (visible(command), "bold")), soft_wrap=True)

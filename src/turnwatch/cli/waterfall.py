@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnwatch import names
-from turnwatch.cli.shown import show, visible
+from turnwatch.cli.shown import recover_with, show, visible
 from turnwatch.cli.tables import seconds
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold, Move
@@ -298,8 +298,7 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         parts.append(bullets)
     console.print(Panel(Group(*parts), title="turnwatch explain", expand=False))  # type: ignore[arg-type]
     if ex.recoverable:  # outside the panel, unwrapped: people copy and paste it
-        recover = Text.assemble("Recover with: ", (visible(ex.verdict + ledger_hint), "bold"))
-        console.print(recover, soft_wrap=True)
+        recover_with(console, ex.verdict + ledger_hint)
     elif ex.reasons:
         show(console, ex.verdict, soft_wrap=True)
 

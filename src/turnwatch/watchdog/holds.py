@@ -43,6 +43,12 @@ class Waiting:
         )
 
 
+def recover_command(session: str, *options: str) -> str:
+    """``turnwatch recover`` of ``session`` as a line to paste: quoted as a shell reads it (an
+    id ``[x]p1`` is a glob to a shell, a path with a space two words)."""
+    return shlex.join(["turnwatch", "recover", session, *options])
+
+
 @dataclass
 class Hold:
     """What holds one session now."""
@@ -66,8 +72,8 @@ class Hold:
 
     def verdict(self) -> str:
         """The line that ends what a command says of it."""
-        if self.recoverable:  # a command to paste: the id quoted as a shell reads it
-            return f"turnwatch recover {shlex.quote(self.session)}"
+        if self.recoverable:
+            return recover_command(self.session)
         if self.waiting and all(w.prompt for w in self.waiting):
             return (
                 f"nothing to recover in session {self.session}: it waits for its user to "

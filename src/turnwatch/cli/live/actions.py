@@ -10,7 +10,6 @@ would act: :func:`turnwatch.watchdog.holds.what_holds` decides, as it does for `
 from __future__ import annotations
 
 import asyncio
-import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from turnwatch.tracing.ledger import connect
 from turnwatch.tracing.view import SessionView
-from turnwatch.watchdog.holds import what_holds
+from turnwatch.watchdog.holds import recover_command, what_holds
 from turnwatch.watchdog.scan import Config
 
 #: Why a session's Stop cannot work here (None: it can).
@@ -61,7 +60,7 @@ def recover_by_watchdog(ledger: Path, grace_s: float) -> Recover:
                 "actions": [],
                 "verdict": hold.verdict(),
                 "reasons": hold.reasons(time.time(), cfg),
-                "command": shlex.join(["turnwatch", "recover", session, "--ledger", str(ledger)]),
+                "command": recover_command(session, "--ledger", str(ledger)),
             }
             if not hold.recoverable:
                 return answer
