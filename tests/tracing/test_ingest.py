@@ -418,7 +418,7 @@ def test_keys_follow_time_and_a_ledger_keyed_before_still_keeps_each_line_once(
     of their index instead of dirtying a random page of it per line (a 2,000-line batch wrote
     about 6 MB of WAL). A ledger whose keys were written before (the bare hash) still knows
     those lines: ingesting them again adds nothing."""
-    from turnwatch.tracing import ledger_file
+    from turnwatch.tracing import dedup
 
     evs = [Event("tool.progress", "s", 1e9 + i, turn="t", call="c", tool="Grep") for i in range(3)]
     keys = [dedup_key(e) for e in evs]
@@ -426,7 +426,7 @@ def test_keys_follow_time_and_a_ledger_keyed_before_still_keeps_each_line_once(
     path = tmp_path / "ledger.sqlite3"
     conn = connect(path)
     # What an earlier turnwatch kept of the first two: their keys as bare hashes.
-    old = [(ledger_file.legacy_key(k),) for k in keys[:2]]
+    old = [(dedup.legacy_key(k),) for k in keys[:2]]
     conn.executemany("INSERT INTO ingested VALUES (?)", old)
     conn.execute("DELETE FROM meta WHERE key = 'dedup_keys'")  # nor did it say how it keyed
     conn.close()

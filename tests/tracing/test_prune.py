@@ -1,7 +1,7 @@
 """The ledger's retention (``turnwatch prune``, ``watch --retain``): the rows of sessions settled
 before the horizon go, in small transactions beside a live writer; never a session processing,
 with an open finding or with a call whose processes may live; the file gives the pages back;
-re-ingesting what was pruned adds nothing twice. Real SQLite files, a real concurrent writer."""
+an ingested event's dedup key goes with it. Real SQLite files, a real concurrent writer."""
 
 from __future__ import annotations
 
@@ -121,15 +121,48 @@ def test_prune_beside_a_live_writer_loses_nothing_that_should_stay(tmp_path: Pat
     assert not any(s.startswith("old") for s in kept)
 
 
-def test_reingesting_what_was_pruned_adds_nothing_twice(tmp_path: Path) -> None:
+def test_the_dedup_keys_go_with_their_events(tmp_path: Path) -> None:
+    """Invariant 7: an ingested event's key (~55 bytes) is pruned with it. Kept, they were
+    the part of the ledger that grew with history under retention (13 MB of 100,000 events
+    left 5.5 MB of keys). The keys of what stays stay: its lines ingested again add nothing."""
     path, lines = tmp_path / "ledger.sqlite3", tmp_path / "events.jsonl"
-    lines.write_text("".join(json.dumps(e.to_json()) + "\n" for e in settled("far", OLD)))
+    evs = [ev for i in range(200) for ev in settled(f"far{i}", OLD + i)]
+    evs += settled("near", time.time())
+    evs.append(Event(names.TURN_STARTED, "stuck", OLD, turn="stuck.t1"))  # processing: kept
+    lines.write_text("".join(json.dumps(e.to_json()) + "\n" for e in evs))
     assert turnwatch("ingest", str(lines), "--ledger", str(path)).returncode == 0
-    assert turnwatch("prune", "--older-than", "1d", "--ledger", str(path)).returncode == 0
-    assert view.count(connect(path, readonly=True)) == 0
+    conn = connect(path)
+    dry = prune(conn, time.time() - 86_400, dry_run=True)
+    assert (dry.sessions, dry.events, dry.keys) == (200, 200 * 7, 200 * 7)
+    done = prune(conn, time.time() - 86_400)
+    assert (done.sessions, done.events, done.keys) == (200, 200 * 7, 200 * 7)
+    assert done.to_json()["keys"] == 200 * 7
+    left = len(settled("near", 0)) + 1
+    assert conn.execute("SELECT count(*) FROM ingested").fetchone()[0] == left
+    conn.close()
     again = turnwatch("ingest", str(lines), "--ledger", str(path))
     assert again.returncode == 0, again.stderr
-    assert view.count(connect(path, readonly=True)) == 0  # its dedup keys were kept
+    conn = connect(path)
+    # What stayed is there once; what was pruned is recorded again, once, as a first ingest.
+    assert sum(1 for _ in read_events(conn)) == len(evs)
+    assert {r.session for r in view.sessions(conn)} == {"near", "stuck"} | {
+        f"far{i}" for i in range(200)
+    }
+    assert prune(conn, time.time() - 86_400).sessions == 200  # and retention takes it again
+    assert conn.execute("SELECT count(*) FROM ingested").fetchone()[0] == left
+
+
+def test_a_ledger_of_legacy_keys_prunes_both_forms(tmp_path: Path) -> None:
+    """Keys written before they led with the time (bare hashes) go too."""
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    ledger.extend(settled("far", OLD), dedup=True)
+    ledger.close()
+    conn = connect(path)
+    conn.execute("UPDATE ingested SET key = substr(key, 13)")  # as an older turnwatch wrote them
+    conn.execute("INSERT OR REPLACE INTO meta VALUES ('dedup_legacy', '1')")
+    assert prune(conn, time.time() - 86_400).keys == len(settled("far", OLD))
+    assert conn.execute("SELECT count(*) FROM ingested").fetchone()[0] == 0
 
 
 def test_prune_and_watch_retain_from_the_command_line(tmp_path: Path) -> None:

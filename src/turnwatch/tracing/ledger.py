@@ -27,6 +27,7 @@ from pathlib import Path
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Step, StepReader
 from turnwatch.tracing import batchsql
+from turnwatch.tracing.dedup import dedup_key
 from turnwatch.tracing.gaps import Gap as _Gap
 from turnwatch.tracing.gaps import note_gap as _note_gap
 from turnwatch.tracing.ledger_file import (
@@ -36,7 +37,6 @@ from turnwatch.tracing.ledger_file import (
     LedgerError,
     LedgerNotReady,
     connect,
-    dedup_key,
     file_id,
     get_meta,
     read_events,

@@ -6,7 +6,6 @@ readers in other processes (the CLI, the watchdog) use :func:`connect` and :func
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
@@ -17,6 +16,7 @@ from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Step
 from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import batchsql, codec
+from turnwatch.tracing.dedup import legacy_key
 from turnwatch.tracing.summary import COLUMNS, Summary
 
 #: 2 added the calls' containment columns; 3 the fold's stop and abort instants (rpc_ts,
@@ -67,35 +67,10 @@ def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-#: The millisecond prefix's width, in hex digits (48 bits: past the year 10,000).
-_TIME_DIGITS = 12
-_TIME_MAX = (1 << (4 * _TIME_DIGITS)) - 1
 #: ``meta`` keys: set by a writer that opened a ledger holding keys written before they led
 #: with the time (bare hashes), which each batch then looks up too; and that this check ran.
 META_DEDUP_LEGACY = "dedup_legacy"
 _META_DEDUP_KEYS = "dedup_keys"
-
-
-def dedup_key(ev: Event) -> str:
-    """A stable identity for an ingested event: ingesting a file twice adds nothing twice.
-
-    The event's time in milliseconds (hex), then a hash of all it says: a file's lines come in
-    time order, so their keys land at the end of the index together. Random keys dirtied a page
-    of it per line, and each 2,000-line batch wrote megabytes of WAL (the writer 2.5x slower).
-    """
-    body = codec.dumps_canonical(
-        [ev.ts_unix, ev.kind, ev.session, ev.turn, ev.call, ev.tool, dict(ev.attrs)]
-    )
-    try:
-        ms = min(max(int(ev.ts_unix * 1000), 0), _TIME_MAX)
-    except (OverflowError, ValueError):  # inf, nan: no order to keep
-        ms = 0
-    return f"{ms:0{_TIME_DIGITS}x}{hashlib.blake2b(body, digest_size=16).hexdigest()}"
-
-
-def legacy_key(key: str) -> str:
-    """The key an earlier turnwatch kept for the same event (its hash alone)."""
-    return key[_TIME_DIGITS:]
 
 
 def _check(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> None:

@@ -8,8 +8,9 @@ writing the same file waits for one batch at most, and a session that came back 
 it was chosen is kept. A ledger created with ``auto_vacuum=INCREMENTAL`` (every new one) gives
 the pages back to the file system as it goes; an older one is converted by :func:`vacuum`.
 
-The ``ingested`` table's keys are kept (about 50 bytes per ingested event): a file ingested
-again after its sessions were pruned adds nothing twice.
+An ingested event's dedup key (``ingested``, about 55 bytes) goes with it: kept, the keys were
+what grew with history under retention. A file ingested again after its sessions were pruned
+records them again, once, as a first ingest would; the next prune takes them again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from turnwatch.tracing.batchsql import select_in
-from turnwatch.tracing.ledger_file import LedgerError
+from turnwatch.tracing.dedup import forget_keys, ingested_keys
+from turnwatch.tracing.ledger_file import META_DEDUP_LEGACY, LedgerError, get_meta
 
 __all__ = ["BATCH_SESSIONS", "Pruned", "file_bytes", "holders", "prune", "vacuum"]
 
@@ -48,6 +50,8 @@ class Pruned:
     sessions: int = 0
     calls: int = 0
     events: int = 0
+    #: Dedup keys of ingested events deleted with them.
+    keys: int = 0
     #: Sessions old enough but kept, and why (``keep``: the caller's, e.g. an open finding).
     kept: dict[str, int] = field(default_factory=dict)
     freed_bytes: int = 0
@@ -60,6 +64,7 @@ class Pruned:
             "sessions": self.sessions,
             "calls": self.calls,
             "events": self.events,
+            "keys": self.keys,
             "kept": dict(self.kept),
             "freed_bytes": self.freed_bytes,
             "took_s": round(self.took_s, 3),
@@ -91,6 +96,8 @@ def prune(
             out.events += _count(
                 conn, f"SELECT count(*) FROM events WHERE session IN ({marks})", part
             )
+            keys = ingested_keys(conn, part, legacy=_legacy(conn))
+            out.keys += forget_keys(conn, [k for s in part for k in keys.get(s, ())], dry_run=True)
         out.took_s = time.perf_counter() - started
         return out
     before = file_bytes(conn)
@@ -102,6 +109,10 @@ def prune(
 
 
 def _delete(conn: sqlite3.Connection, part: list[str], horizon: float, out: Pruned) -> None:
+    # Before the lock: reading and hashing the rows is most of a batch's work. A session given
+    # an event since keeps that event's key (a few bytes left behind, never a key taken from an
+    # event that stays: a key names its session, and only sessions deleted whole lose theirs).
+    keys = ingested_keys(conn, part, legacy=_legacy(conn))
     conn.execute("BEGIN IMMEDIATE")
     try:
         marks = ",".join("?" * len(part))
@@ -124,6 +135,7 @@ def _delete(conn: sqlite3.Connection, part: list[str], horizon: float, out: Prun
             out.sessions += conn.execute(
                 f"DELETE FROM sessions WHERE session IN ({marks})", still
             ).rowcount
+            out.keys += forget_keys(conn, [k for s in still for k in keys.get(s, ())])
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -150,6 +162,10 @@ def _kept(conn: sqlite3.Connection, horizon: float, keep: Collection[str]) -> di
             int(r[0]) for r in select_in(conn, sql, sorted(keep), before=[horizon])
         )
     return {k: v for k, v in kept.items() if v}
+
+
+def _legacy(conn: sqlite3.Connection) -> bool:
+    return get_meta(conn, META_DEDUP_LEGACY) is not None
 
 
 def _count(conn: sqlite3.Connection, sql: str, args: Sequence[object]) -> int:
