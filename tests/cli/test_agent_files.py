@@ -5,6 +5,7 @@ path, as the writer's and every other reader's are."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from tests.watchdog.helpers import Recorder
 from tests.watchdog.test_agentprocs import Cli, session
 from turnwatch import names
 from turnwatch.cli.agent_files import AgentWatch
-from turnwatch.tracing.ledger import connect
+from turnwatch.tracing.ledger import Ledger, connect, read_events
 
 
 def _attributed(path: Path, sid: str) -> list[int]:
@@ -88,3 +89,31 @@ def test_an_unreadable_ledger_is_said_once_and_read_again_when_it_mends(tmp_path
     finally:
         watch.close()
         rec.close()
+
+
+def test_a_project_directory_not_named_in_utf8_is_followed_and_resumed(tmp_path: Path) -> None:
+    """Claude Code names a project's directory after its working directory: one in Latin-1
+    (``café``) is a path with a surrogate here. Its file is read, its checkpoint kept, and a
+    restart resumes it: nothing twice, and the writer lives on."""
+    from tests.integrations.test_agentlogs_follow import CLAUDE
+
+    root = tmp_path / "projects"
+    project = Path(os.fsdecode(os.fsencode(root) + b"/-home-caf\xe9"))
+    project.mkdir(parents=True)
+    (project / "db57d2ab.jsonl").write_bytes(CLAUDE.read_bytes())
+    path = tmp_path / "ledger.sqlite3"
+    counts = []
+    for _run in range(2):  # the second is a restart: it resumes, it reads nothing twice
+        ledger = Ledger(path)
+        said: list[str] = []
+        watch = AgentWatch(ledger, {"claude-code": root}, keep_args=False, say=said.append)
+        watch.poll(final=True)
+        watch.close()
+        assert ledger.flush(timeout=30), said
+        ledger.close()
+        assert ledger.lost == 0
+        with contextlib.closing(connect(path, readonly=True)) as conn:
+            counts.append(sum(1 for _ in read_events(conn)))
+    assert counts[0] > 5
+    assert counts == [counts[0]] * 2
+    assert any("resumed" in s for s in said), said

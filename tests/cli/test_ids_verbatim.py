@@ -120,3 +120,24 @@ def test_the_recover_command_explain_prints_runs_as_pasted(tmp_path: Path) -> No
     pasted = turnwatch(*argv[1:], "--dry-run")
     assert pasted.returncode == 0, pasted.stdout + pasted.stderr
     assert "pinned_session: would" in pasted.stdout
+
+
+def test_an_id_of_bytes_not_utf8_is_shown_escaped_and_found_as_typed(tmp_path: Path) -> None:
+    """A runtime's session id decoded with ``surrogateescape`` (bytes not UTF-8) is kept
+    escaped (``s\\udcff``): typed as those bytes (a shell's ``$'s\\xff'``) or as shown, it is
+    found; before, the bytes were a traceback."""
+    from tests.tracing.test_ledger_values import odd
+
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    ledger.extend(odd("s\udcff", 0))
+    ledger.close()
+    shown = turnwatch("sessions", "--ledger", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert "s\\udcff" in shown.stdout
+    for typed in ("s\udcff", "s\\udcff"):  # the bytes (subprocess writes them back), as shown
+        for argv in (("explain", typed), ("recover", typed, "--dry-run")):
+            done = turnwatch(*argv, "--ledger", str(path))
+            assert done.returncode == 0, (argv, done.stderr)
+            assert "Grep\\udcff" in done.stdout or "nothing holds" in done.stdout, done.stdout
+    one_line_exit_2(turnwatch("explain", "x\udcff", "--ledger", str(path)))

@@ -139,14 +139,18 @@ def ledger_for(
 ) -> tuple[Any, list[Finding], str]:
     """The ledger's read connection (None: there is none yet, and a thread is looked at), the
     dangling findings of ``ident``, and ``ident`` as recorded: as typed, or as the commands
-    show it (its control characters escaped, :mod:`turnwatch.cli.shown`). Exit 2 in one line
-    if neither knows it (``known(conn, ident)``: the ledger does)."""
+    show it (its control characters escaped, :mod:`turnwatch.cli.shown`; bytes not UTF-8
+    as ``\\udcff``). Exit 2 in one line if neither knows it (``known(conn, ident)``: the
+    ledger does)."""
     from turnwatch.cli.common import ledger_path, read_conn, unknown_session
     from turnwatch.cli.shown import typed_back
+    from turnwatch.tracing.codec import storable_text
 
     bare = threads is not None and not ledger_path(ledger).exists()
     conn = None if bare else read_conn(ledger)
-    for asked in dict.fromkeys((ident, typed_back(ident))):
+    # Each form as the ledger keeps it: an argument holding bytes that are not UTF-8 (a
+    # surrogate here) is kept escaped, as it is shown (codec.storable_text).
+    for asked in dict.fromkeys(storable_text(x) for x in (ident, typed_back(ident))):
         dangling = found(threads, conn, asked)
         if dangling or (conn is not None and known(conn, asked)):
             return conn, dangling, asked

@@ -69,9 +69,15 @@ class Insert:
                 part = rows[i : i + n]
                 try:
                     conn.execute(text, list(itertools.chain.from_iterable(part)))
-                except (sqlite3.InterfaceError, sqlite3.ProgrammingError, OverflowError):
-                    # A value SQLite cannot bind (an object, an integer beyond 64 bits):
-                    # nothing of the statement ran. As JSON, where anything unknown is its str.
+                except (
+                    sqlite3.InterfaceError,
+                    sqlite3.ProgrammingError,
+                    OverflowError,
+                    UnicodeEncodeError,
+                ):
+                    # A value SQLite cannot bind (an object, an integer beyond 64 bits, text
+                    # with a lone surrogate): nothing of the statement ran. As JSON, where each
+                    # is made storable (codec.storable).
                     self._json(conn, part)
                 i += n
         if i < len(rows):
@@ -80,7 +86,7 @@ class Insert:
     def _json(self, conn: sqlite3.Connection, rows: list[Sequence[Any]]) -> None:
         text = codec.dumps_rows(rows)
         if _NUL in text:
-            conn.executemany(self.row_sql, rows)
+            conn.executemany(self.row_sql, codec.storable_rows(rows))
         else:
             conn.execute(self.batch_sql, (text,))
 
@@ -100,7 +106,7 @@ class Lookup:
         if _NUL not in text:
             yield from conn.execute(self.batch_sql, (text,))
             return
-        for key in keys:
+        for key in codec.storable_rows(list(keys)):
             yield from conn.execute(self.row_sql, key if isinstance(key, tuple) else (key,))
 
 

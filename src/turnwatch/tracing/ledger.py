@@ -20,13 +20,13 @@ import sqlite3
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Step, StepReader
-from turnwatch.tracing import batchsql
+from turnwatch.tracing import batchsql, codec
 from turnwatch.tracing.dedup import dedup_key
 from turnwatch.tracing.gaps import Gap as _Gap
 from turnwatch.tracing.gaps import note_gap as _note_gap
@@ -55,8 +55,9 @@ BATCH_MAX = 4 * batchsql.MAX_ROWS
 #: With fewer events than this waiting, the writer sleeps LINGER_S first, to let a batch gather.
 LINGER_BELOW = 256
 LINGER_S = 0.005
-#: How often the writer retries a batch that failed for a reason no wait will mend (a corrupt
-#: file, a bug) before it counts the events lost.
+#: How often the writer retries a batch SQLite refused for a reason no wait will mend (a
+#: constraint, a corrupt file) before it writes its events one by one, losing only those that
+#: cannot be written at all.
 WRITE_RETRIES = 3
 #: Events the writer keeps, in order, while the file cannot be written (a full disk, a locked or
 #: read-only file): past this, the oldest are dropped and counted lost. About 100 MB at most.
@@ -265,8 +266,10 @@ class Ledger:
         is, False after ``timeout``, or after ``failing_wait_s`` of it while the file cannot be
         written (a program does not hang on a full disk; one that flushes on its event loop,
         as a watchdog beside a runtime does after each recovery, passes 0)."""
-        if self._closed or not self._thread.is_alive():
+        if self._closed:
             return True
+        if not self._thread.is_alive():  # what it left in the queue is not written
+            return self._queue.qsize() == 0 and not self._backlog
         if self.failing is not None and failing_wait_s <= 0:
             return False  # an outage under way: what waits is in the backlog, in order
         done = threading.Event()
@@ -307,6 +310,18 @@ class Ledger:
         log.error("turnwatch ledger %s: %d event(s) could not be written: %s", self.path, n, why)
 
     def _run(self) -> None:
+        while True:
+            try:
+                self._serve()
+                return
+            except Exception:
+                # A defect of the writer's own, never the file's (that waits in the backlog) nor
+                # an event's (lost alone, in _one_by_one): said loudly, and the writer goes on.
+                # A writer that died lost every event after it while flush() said all was well.
+                log.exception("turnwatch ledger %s: the writer failed; it goes on", self.path)
+                time.sleep(0.1)
+
+    def _serve(self) -> None:
         while True:
             if self._backlog:
                 # The file could not be written: wait before trying again, taking in what comes
@@ -368,11 +383,13 @@ class Ledger:
         while self._backlog:
             batch = list(itertools.islice(self._backlog, BATCH_MAX))  # deque indexing is O(n)
             n = len(batch)
-            if not self._commit(batch):
+            written = self._commit(batch)
+            # Written (or lost alone, said): all of it, or what _one_by_one cut from its front.
+            for _ in range(n if written else n - len(batch)):
+                self._backlog.popleft()
+            if not written:
                 self._retry_s = min(self._retry_s * 2, RETRY_MAX_S)
                 return
-            for _ in range(n):
-                self._backlog.popleft()
         if self.failing is not None:
             log.warning("turnwatch ledger %s: writing again (%s is over)", self.path, self.failing)
         self.failing = None
@@ -449,8 +466,11 @@ class Ledger:
 
     def _put_metas(self, metas: dict[str, str]) -> None:
         try:
-            self._conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", metas.items())
-        except sqlite3.Error as exc:  # a checkpoint lost re-reads lines; dedup keeps them once
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                codec.storable_rows(list(metas.items())),
+            )
+        except Exception as exc:  # a checkpoint lost re-reads lines; dedup keeps them once
             log.error("turnwatch ledger %s: could not keep %s: %s", self.path, sorted(metas), exc)
 
     def _commit(self, batch: list[tuple[Event, str | None]]) -> bool:
@@ -472,29 +492,56 @@ class Ledger:
 
         if file_id(self.path) != self._file and not self._reopen():
             return False
+        reader = read if stages else None
         for attempt in range(WRITE_RETRIES):
             try:
-                self.written += write_batch(
-                    self._conn, self._summary, batch, read if stages else None
-                )
+                self.written += write_batch(self._conn, self._summary, batch, reader)
                 self._forget_read(batch)
                 return True
             except sqlite3.OperationalError as exc:
-                # A full disk, a locked or read-only file: it can mend. The batch waits in the
-                # backlog, in order; the cause is said once per outage.
-                if self.failing is None:
-                    self.failing = str(exc)
-                    log.warning(
-                        "turnwatch ledger %s: cannot write (%s); %d event(s) waiting, retrying",
-                        self.path,
-                        exc,
-                        len(self._backlog),
-                    )
+                self._cannot_write(exc)
                 return False
-            except sqlite3.Error as exc:
+            except sqlite3.Error:
                 if attempt == WRITE_RETRIES - 1:
-                    self._lose(len(batch), str(exc))
-                    self._forget_read(batch)
-                    return True  # counted: nothing of it waits
+                    return self._one_by_one(batch, reader)
                 time.sleep(0.05 * (attempt + 1))
+            except Exception:  # what an event holds (a caller's bug): no retry mends it
+                return self._one_by_one(batch, reader)
+        return True
+
+    def _cannot_write(self, exc: sqlite3.OperationalError) -> None:
+        """A full disk, a locked or read-only file: it can mend. The batch waits in the
+        backlog, in order; the cause is said once per outage."""
+        if self.failing is None:
+            self.failing = str(exc)
+            log.warning(
+                "turnwatch ledger %s: cannot write (%s); %d event(s) waiting, retrying",
+                self.path,
+                exc,
+                len(self._backlog),
+            )
+
+    def _one_by_one(
+        self, batch: list[tuple[Event, str | None]], reader: Callable[[Step], Event] | None
+    ) -> bool:
+        """A batch refused for what one of its events holds: each event written alone, so only
+        an event that cannot be written at all is lost, counted and said with its cause (the
+        batch of up to BATCH_MAX was lost whole, or the writer died). False if the file cannot
+        be written now: ``batch`` is cut to what still waits."""
+        done = 0
+        try:
+            for item in batch:
+                try:
+                    self.written += write_batch(self._conn, self._summary, [item], reader)
+                except sqlite3.OperationalError as exc:
+                    self._cannot_write(exc)
+                    return False
+                except Exception as exc:
+                    ev = item[0]
+                    why = f"{ev.kind!r} of session {ev.session!r}: {type(exc).__name__}: {exc}"
+                    self._lose(1, why)
+                self._read.pop(id(item[0]), None)
+                done += 1
+        finally:
+            del batch[:done]
         return True

@@ -63,7 +63,9 @@ class LedgerNotReady(LedgerError):
 
 def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
     """A value the ledger keeps beside its events (an ingest offset), or None."""
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    row = conn.execute(
+        "SELECT value FROM meta WHERE key = ?", (codec.storable_text(key),)
+    ).fetchone()
     return None if row is None else str(row[0])
 
 

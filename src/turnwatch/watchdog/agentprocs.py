@@ -26,12 +26,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import orjson
-
 from turnwatch import names
 from turnwatch.runtime.events import Event, EventSink
 from turnwatch.runtime.model import FindingKind, ToolClass
 from turnwatch.runtime.procfs import Proc, ProcessTable
+from turnwatch.tracing import codec
 from turnwatch.tracing.batchsql import select_in
 from turnwatch.watchdog.agentmatch import (
     CLI_NAMES,
@@ -166,7 +165,7 @@ class Attributor:
             "SELECT attrs_json FROM events WHERE session = ? AND kind = ? ORDER BY seq",
             (session, names.RUNTIME_STARTED),
         ):
-            a = orjson.loads(raw)
+            a = codec.loads_stored(raw)  # a path's surrogate is an escape orjson refuses
             if a.get(names.K_SOURCE) in CLI_NAMES and isinstance(a.get(names.K_PROJECT), str):
                 found = (a[names.K_SOURCE], a[names.K_PROJECT], a.get(names.K_LOG))
         self._meta[session] = found
