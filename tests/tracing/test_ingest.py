@@ -84,6 +84,20 @@ def test_a_time_in_milliseconds_is_a_bad_line_that_says_so() -> None:
     assert (report.good, [b.lineno for b in report.bad]) == (1, [2])
 
 
+def test_numbers_beyond_what_the_ledger_keeps_are_bad_lines() -> None:
+    """A ``mono_ns`` past 64 bits (the ledger's INTEGER) or a pid past a ``pid_t``: refused by
+    number, with the field named. One beside a NUL in an id stopped the ledger's writer, and
+    every line after it was lost while ``ingest`` said they were there."""
+    for fields, where in (
+        ({"mono_ns": 10**20}, "data.mono_ns must be smaller than or equal to"),
+        ({"attrs": {"pid": 10**30, "create_time": 1.0}}, "data.attrs.pid must be smaller"),
+    ):
+        raw = line(1e9, "tool.started", "s\x00", turn="t", call="c", tool="Bash", **fields)
+        bad = parse_line(raw.encode(), 7)
+        assert isinstance(bad, BadLine), fields
+        assert bad.reason.startswith(where), bad.reason
+
+
 def test_a_ten_megabyte_line_is_rejected_without_losing_neighbours() -> None:
     big = b'{"ts": 1, "kind": "turn.started", "session": "' + b"s" * 10_000_000 + b'"}\n'
     stream = io.BytesIO(GOOD.encode() + b"\n" + big + GOOD.encode() + b"\n")
@@ -268,9 +282,14 @@ _FIELDS = st.dictionaries(
 @example(kind="tool.started", fields={"ts": -1}, drop=set(), attrs=None)
 @example(kind="tool.started", fields={"ts": 100_000_000_001}, drop=set(), attrs=None)
 @example(kind="tool.started", fields={"mono_ns": True}, drop=set(), attrs=None)
+@example(kind="tool.started", fields={"mono_ns": 2**63}, drop=set(), attrs=None)
+@example(kind="tool.started", fields={"mono_ns": -(2**63) - 1}, drop=set(), attrs=None)
+@example(kind="tool.started", fields={"mono_ns": 2**63 - 1}, drop=set(), attrs=None)
 @example(kind="tool.started", fields={"trace_id": "0" * 31 + "\n"}, drop=set(), attrs=None)
 @example(kind="tool.started", fields={"x": 1}, drop=set(), attrs=None)
 @example(kind="tool.started", fields={}, drop=set(), attrs={"pid": 0})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"pid": 2**31})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"pid": 2**31 - 1})
 @example(kind="tool.started", fields={}, drop=set(), attrs={"create_time": -0.5})
 @example(kind="tool.started", fields={}, drop=set(), attrs={"cgroup": ""})
 @example(kind="tool.started", fields={}, drop=set(), attrs={"class": "teleport"})

@@ -27,6 +27,10 @@ MAX_LINE_BYTES = 1024 * 1024
 #: milliseconds writes ~1.7e12: taken as seconds, its sessions would sit 50,000 years ahead,
 #: always "0 s ago", and never be found pinned.
 TS_MAX = 100_000_000_000
+#: ``mono_ns``'s bounds (the schema's: a 64-bit integer, as the ledger keeps it).
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: ``attrs.pid``'s bound (the schema's: a ``pid_t`` is 32 bits).
+PID_MAX = (1 << 31) - 1
 MAX_REPORTED = 1000
 
 
@@ -82,7 +86,7 @@ def _digest(value: Any) -> str:
 
 #: The digest of the schema (without its per-kind rules) that :func:`_fits` was written for: a
 #: schema changed since is validated by the compiled code alone until ``_fits`` follows it.
-_FITS_SCHEMA = "d0ee44f5dacca7cf5612667607bca57a"
+_FITS_SCHEMA = "92a7248efbc59252b683603c722ba753"
 _IDS = ("session", "turn", "call", "tool")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
@@ -129,8 +133,10 @@ def _fits(obj: Any, shape: _Shape) -> bool:
             v = obj[key]
             if type(v) is not str or not 0 < len(v) <= 256:
                 return False
-    if "mono_ns" in obj and type(obj["mono_ns"]) is not int:
-        return False
+    if "mono_ns" in obj:
+        mono = obj["mono_ns"]
+        if type(mono) is not int or not INT64_MIN <= mono <= INT64_MAX:
+            return False
     for key, hex_ in (("trace_id", _HEX32), ("span_id", _HEX16)):
         if key in obj and (type(obj[key]) is not str or hex_.fullmatch(obj[key]) is None):
             return False
@@ -141,7 +147,7 @@ def _attrs_fit(a: Any, shape: _Shape) -> bool:
     if type(a) is not dict or not _ATTRS_LONG.isdisjoint(a):
         return False
     pid = a.get(names.K_PID, 1)
-    if type(pid) is not int or pid < 1:
+    if type(pid) is not int or not 1 <= pid <= PID_MAX:
         return False
     ct = a.get(names.K_CREATE_TIME, 0)
     if (type(ct) is not float and type(ct) is not int) or ct < 0:
