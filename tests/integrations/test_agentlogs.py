@@ -23,6 +23,7 @@ from turnwatch.integrations.agentlogs import (
     read_file,
 )
 from turnwatch.integrations.agentlogs.base import BadRecord
+from turnwatch.integrations.agentlogs.reader import parse
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold
 from turnwatch.runtime.model import ToolClass
@@ -212,6 +213,25 @@ def test_bad_lines_are_reported_by_file_and_line_and_good_records_kept(tmp_path:
     assert result.returncode == 2
     assert f"{bad}:7: not UTF-8: byte 45 is 0xff" in result.stderr
     assert "ingested 8 new event(s) from 1 session file(s)" in result.stderr
+
+
+def test_a_record_with_a_lone_surrogate_escape_is_read(tmp_path: Path) -> None:
+    """Node's JSON.stringify writes a broken UTF-16 string (a model's output cut mid-pair) as
+    ``"\\udcff"``: JSON, which orjson refuses. Each such record was reported "not JSON" and its
+    call or turn lost; it is read as the standard library reads it."""
+    src = one("claudecode/regressions/07-*")  # Claude Code: Node
+    lines = src.read_bytes().splitlines(keepends=True)
+    # A field holding half of an emoji's pair, as JSON.stringify writes it, in every record.
+    odd = [raw.rstrip(b"\n")[:-1] + b', "note": "cut \\ud83d"}\n' for raw in lines]
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(b"".join(odd))
+    report = Report()
+    evs: list[Event] = []
+    read_file(path, evs.append, report=report)
+    assert report.problems == []
+    assert kinds(evs) == kinds(events_of(src))
+    with pytest.raises(ValueError, match="not JSON"):  # anything else orjson refuses stays bad
+        parse(b'{"a": NaN, "b": "\\udcff"}\n')
 
 
 def test_an_oversized_line_is_skipped_without_being_held(tmp_path: Path) -> None:

@@ -181,3 +181,34 @@ def test_the_writer_killed_at_any_point_and_restarted_records_every_line_once(
     assert writer.wait(timeout=30) == 0, said.read_text()
     sink.close()
     assert sorted(ts for _k, ts in ledger_events(ledger)) == [float(i) for i in range(total)]
+
+
+def test_a_name_decoded_with_surrogateescape_is_written_and_ingested(tmp_path: Path) -> None:
+    """Python writes a lone surrogate as ``"\\udcff"``: valid JSON that orjson refuses, so
+    ``ingest`` rejected the very line EventLines wrote ("not JSON: invalid high surrogate"),
+    and the event was lost between the runtime and the ledger. Read, it is kept as the ledger
+    keeps such a name (escaped); ingested again, it adds nothing; pruned, its key goes too."""
+    lines, ledger = tmp_path / "events.jsonl", tmp_path / "ledger.sqlite3"
+    out = EventLines(lines)
+    out(Event(names.TURN_STARTED, "s\udcff", 1e9, turn="t"))
+    out(Event(names.TOOL_REQUESTED, "s\udcff", 1e9, turn="t", call="c", tool="Grep\udcfe"))
+    settled = {"outcome": "completed", "path": "/caf\udce9"}
+    out(Event(names.TURN_SETTLED, "s\udcff", 1e9, turn="t", attrs=settled))
+    out(Event(names.PROCESSING_CLEARED, "s\udcff", 1e9, turn="t"))
+    out.close()
+    for _ in range(2):
+        done = turnwatch("ingest", str(lines), "--ledger", str(ledger))
+        assert done.returncode == 0, done.stderr
+    conn = connect(ledger)
+    evs = [ev for _s, ev in read_events(conn)]
+    assert [(e.session, e.tool) for e in evs][:2] == [
+        ("s\\udcff", None),
+        ("s\\udcff", "Grep\\udcfe"),
+    ]
+    assert evs[2].attrs == settled
+    assert len(evs) == 4
+    assert turnwatch("prune", "--older-than", "1d", "--ledger", str(ledger)).returncode == 0
+    assert conn.execute("SELECT count(*) FROM ingested").fetchone()[0] == 0
+    loads(b'"\\ud800"')  # the escape alone is JSON
+    with pytest.raises(ValueError, match="NaN is not JSON"):
+        loads(b'{"a": NaN, "b": "\\udcff"}')  # and what else orjson refuses stays refused

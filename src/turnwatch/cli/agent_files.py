@@ -10,8 +10,6 @@ import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-import orjson
-
 from turnwatch.cli.wiring import Wiring
 from turnwatch.integrations.agentlogs import (
     FORMATS,
@@ -23,6 +21,7 @@ from turnwatch.integrations.agentlogs import (
     session_files,
 )
 from turnwatch.integrations.agentlogs.follow import Follower
+from turnwatch.tracing import codec
 from turnwatch.tracing.ledger import Ledger, LedgerError, LedgerNotReady, connect, get_meta
 from turnwatch.watchdog.agentprocs import Attributor
 
@@ -37,7 +36,7 @@ def is_event_lines(path: Path) -> bool:
         with open(path, "rb") as f:
             for raw in f:
                 if raw.strip():
-                    obj = orjson.loads(raw)
+                    obj = codec.loads(raw)  # a lone surrogate's escape too
                     return isinstance(obj, dict) and "kind" in obj and "session" in obj
     except (OSError, ValueError):
         return False

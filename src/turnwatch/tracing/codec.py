@@ -41,10 +41,18 @@ def dumps_line(value: Any) -> bytes:
 
 
 def dumps_canonical(value: Any) -> bytes:
-    """Compact JSON with sorted keys: the same content gives the same bytes (identities)."""
+    """Compact JSON with sorted keys: the same content gives the same bytes (identities).
+
+    Text with a lone surrogate is taken :func:`storable`, as the ledger keeps it: an event's
+    identity is then the same computed from it or from its row (``dedup.ingested_keys``)."""
     try:
         return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS)
     except TypeError:
+        pass
+    value = storable_deep(value)
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # a >64-bit integer, a non-string key
         return _STD_SORTED(value).encode()
 
 
@@ -95,6 +103,20 @@ def storable(value: Any) -> Any:
     return storable_text(str(value))
 
 
+def storable_deep(value: Any) -> Any:
+    """``value`` with every text in it, keys too, :func:`storable_text` (lists for tuples)."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return {
+            storable_text(k) if isinstance(k, str) else k: storable_deep(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [storable_deep(v) for v in value]
+    return value
+
+
 def storable_rows(rows: list[Any]) -> list[Any]:
     """Rows (tuples, or single values) with every value :func:`storable`."""
     return [
@@ -108,6 +130,7 @@ def storable_rows(rows: list[Any]) -> list[Any]:
 # read back as it was written.
 _LONG_TEXT = re.compile(r"[0-9]{19}+")
 _LONG_BYTES = re.compile(rb"[0-9]{19}+")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def _long_digits(data: bytes | str) -> bool:
@@ -129,7 +152,15 @@ def loads(data: bytes | str) -> Any:
     """
     if _long_digits(data):
         return json.loads(data, parse_constant=_refuse)
-    return orjson.loads(data)
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        # A lone surrogate's escape (``"\\udcff"``) is JSON, which orjson refuses: Python's own
+        # json.dumps writes one for a name decoded with surrogateescape (and so does
+        # EventLines). Read as the standard library reads it; anything else stays refused.
+        if _SURROGATE_ESCAPE.search(data if isinstance(data, bytes) else data.encode()) is None:
+            raise
+        return json.loads(data, parse_constant=_refuse)
 
 
 def loads_stored(text: str) -> Any:

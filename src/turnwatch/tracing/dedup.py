@@ -56,7 +56,8 @@ def ingested_keys(
     for i in range(0, len(sessions), 500):  # under any build's bound on parameters
         part = sessions[i : i + 500]
         sql = f"{_KEYS_ROWS}({','.join('?' * len(part))})"
-        for session, ts, kind, turn, call, tool, attrs in conn.execute(sql, part):
+        rows = conn.execute(sql, codec.storable_rows(part))  # ids as the ledger keeps them
+        for session, ts, kind, turn, call, tool, attrs in rows:
             attrs = codec.loads_stored(attrs)
             key = dedup_key(Event(kind, session, ts, turn=turn, call=call, tool=tool, attrs=attrs))
             keys = out.setdefault(session, [])

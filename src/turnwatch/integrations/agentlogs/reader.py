@@ -3,6 +3,9 @@ line reported by file and line and every good one kept."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -72,8 +75,20 @@ def parse(raw: bytes | Oversized) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if _SURROGATE_ESCAPE.search(raw) is not None:
+            # A lone surrogate's escape is JSON (Node's JSON.stringify writes one for a broken
+            # UTF-16 string) that orjson refuses: read as the standard library reads it.
+            with contextlib.suppress(ValueError):
+                return json.loads(raw, parse_constant=_refuse)
         what = "truncated" if not raw.endswith(b"\n") else "not JSON"
         raise ValueError(f"{what}: {exc}") from None
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def read_file(
