@@ -242,3 +242,48 @@ def test_the_cli_says_a_down_backend_once_and_finishes(tmp_path: Path) -> None:
     assert len([ln for ln in said if "cannot deliver" in ln]) == 1, result.stderr
     assert "Transient error" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_span_with_text_utf8_cannot_carry_is_delivered_with_its_batch() -> None:
+    """A tool or session name decoded with surrogateescape made the OTLP encoder raise: the
+    batch (up to 512 spans, of every session) was lost, and the backend was said to be down
+    and skipped for the cool-down. The name goes escaped, as the ledger keeps it."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.trace import Status, StatusCode
+
+    bodies: list[bytes] = []
+
+    class Keeping(_Collector):
+        def do_POST(self) -> None:
+            bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Keeping)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}).start()
+    try:
+        said: list[str] = []
+        port = server.server_address[1]
+        inner = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=3)
+        exporter = otel.Reported(inner, "otlp_proto_http", said.append)
+        tracer = TracerProvider().get_tracer("t")
+        odd = tracer.start_span("execute_tool Grep\udcff", attributes={"session": "s\udcfe"})
+        odd.add_event("grace.expired", {"why": "x\udcfd"})
+        odd.set_status(Status(StatusCode.ERROR, "failed on \udcfc"))
+        odd.end()
+        assert isinstance(odd, ReadableSpan)
+        spans = [*one_span(), odd, *one_span()]
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+        assert said == []
+        (body,) = bodies
+        got = ExportTraceServiceRequest.FromString(body).resource_spans[0].scope_spans[0].spans
+        assert [s.name for s in got] == ["s", "execute_tool Grep\\udcff", "s"]
+        assert got[1].attributes[0].value.string_value == "s\\udcfe"
+        assert got[1].events[0].attributes[0].value.string_value == "x\\udcfd"
+        assert got[1].status.message == "failed on \\udcfc"
+        assert otel.encodable(spans[0]) is spans[0]  # the usual span is not copied
+    finally:
+        server.shutdown()
+        server.server_close()

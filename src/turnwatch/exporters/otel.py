@@ -30,11 +30,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import entry_points
-from typing import Final
+from typing import Any, Final
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import Event as SpanEvent
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Status
 
 from turnwatch.runtime.model import TurnwatchError
 
@@ -225,7 +227,7 @@ class Reported(SpanExporter):
             return SpanExportResult.FAILURE
         _CAPTURE.local.note = self._went_down
         try:
-            result = self.inner.export(spans)
+            result = self.inner.export([encodable(s) for s in spans])
         except Exception as exc:  # an exporter that raises is a failed export, said once too
             self._went_down(logging.makeLogRecord({"msg": str(exc)}))
             result = SpanExportResult.FAILURE
@@ -248,3 +250,57 @@ class Reported(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.inner.force_flush(timeout_millis)
+
+
+def _utf8(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a lone surrogate (a name decoded with surrogateescape)
+    written as Python escapes it, as the ledger keeps it (``Grep\\udcff``)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+def _utf8_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return _utf8(value)
+    if isinstance(value, tuple | list) and any(isinstance(v, str) for v in value):
+        return tuple(_utf8(v) if isinstance(v, str) else v for v in value)
+    return value
+
+
+def _attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {_utf8(k): _utf8_value(v) for k, v in (attrs or {}).items()}
+
+
+def encodable(span: ReadableSpan) -> ReadableSpan:
+    """``span``, or a copy of it whose text UTF-8 can carry. The OTLP encoders raise on a lone
+    surrogate: the whole batch (up to 512 spans, of every session) was lost, and the backend
+    said down for COOL_DOWN_S."""
+    texts = [span.name, *(span.attributes or {}), span.status.description or ""]
+    texts += [v for v in (span.attributes or {}).values() if isinstance(v, str)]
+    for ev in span.events:
+        texts.append(ev.name)
+        texts += [v for v in (ev.attributes or {}).values() if isinstance(v, str)]
+    if all(_utf8(t) is t for t in texts):
+        return span  # the usual case: nothing copied
+    status = span.status
+    if status.description:
+        status = Status(status.status_code, _utf8(status.description))
+    return ReadableSpan(
+        name=_utf8(span.name),
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=_attrs(span.attributes),
+        events=[SpanEvent(_utf8(e.name), _attrs(e.attributes), e.timestamp) for e in span.events],
+        links=span.links,
+        kind=span.kind,
+        status=status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
