@@ -144,12 +144,12 @@ def ledger_for(
     ledger does)."""
     from turnwatch.cli.common import ledger_path, read_conn, unknown_session
     from turnwatch.cli.shown import typed_back
-    from turnwatch.tracing.codec import storable_text
+    from turnwatch.runtime.events import storable_text
 
     bare = threads is not None and not ledger_path(ledger).exists()
     conn = None if bare else read_conn(ledger)
     # Each form as the ledger keeps it: an argument holding bytes that are not UTF-8 (a
-    # surrogate here) is kept escaped, as it is shown (codec.storable_text).
+    # surrogate here) is kept escaped, as it is shown (runtime.events.storable_text).
     for asked in dict.fromkeys(storable_text(x) for x in (ident, typed_back(ident))):
         dangling = found(threads, conn, asked)
         if dangling or (conn is not None and known(conn, asked)):

@@ -38,6 +38,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Status
 
+from turnwatch.runtime.events import storable_text
 from turnwatch.runtime.model import TurnwatchError
 
 GROUP: Final = "opentelemetry_traces_exporter"
@@ -252,28 +253,16 @@ class Reported(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
-def _utf8(text: str) -> str:
-    """``text`` as UTF-8 can carry it: a lone surrogate (a name decoded with surrogateescape)
-    written as Python escapes it, as the ledger keeps it (``Grep\\udcff``)."""
-    if text.isascii():
-        return text
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode()
-    return text
-
-
 def _utf8_value(value: Any) -> Any:
     if isinstance(value, str):
-        return _utf8(value)
+        return storable_text(value)
     if isinstance(value, tuple | list) and any(isinstance(v, str) for v in value):
-        return tuple(_utf8(v) if isinstance(v, str) else v for v in value)
+        return tuple(storable_text(v) if isinstance(v, str) else v for v in value)
     return value
 
 
 def _attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {_utf8(k): _utf8_value(v) for k, v in (attrs or {}).items()}
+    return {storable_text(k): _utf8_value(v) for k, v in (attrs or {}).items()}
 
 
 def encodable(span: ReadableSpan) -> ReadableSpan:
@@ -285,18 +274,20 @@ def encodable(span: ReadableSpan) -> ReadableSpan:
     for ev in span.events:
         texts.append(ev.name)
         texts += [v for v in (ev.attributes or {}).values() if isinstance(v, str)]
-    if all(_utf8(t) is t for t in texts):
+    if all(storable_text(t) is t for t in texts):
         return span  # the usual case: nothing copied
     status = span.status
     if status.description:
-        status = Status(status.status_code, _utf8(status.description))
+        status = Status(status.status_code, storable_text(status.description))
     return ReadableSpan(
-        name=_utf8(span.name),
+        name=storable_text(span.name),
         context=span.context,
         parent=span.parent,
         resource=span.resource,
         attributes=_attrs(span.attributes),
-        events=[SpanEvent(_utf8(e.name), _attrs(e.attributes), e.timestamp) for e in span.events],
+        events=[
+            SpanEvent(storable_text(e.name), _attrs(e.attributes), e.timestamp) for e in span.events
+        ],
         links=span.links,
         kind=span.kind,
         status=status,

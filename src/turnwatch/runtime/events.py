@@ -57,6 +57,19 @@ class Event(NamedTuple):
 EventSink = Callable[[Event], None]
 
 
+def storable_text(value: str) -> str:
+    """``value`` as UTF-8 can carry it (SQLite, OTLP, a JSON line): a lone surrogate (a path
+    decoded with ``surrogateescape``, a name the standard library parsed from ``"\\udcff"``)
+    written as Python escapes it, as the ledger keeps it. Names that differ stay different."""
+    if value.isascii():
+        return value
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode()
+    return value
+
+
 def now_event(
     kind: str,
     session: str,

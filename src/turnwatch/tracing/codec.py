@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from turnwatch.runtime.events import storable_text
+
 _STD_COMPACT = json.JSONEncoder(separators=(",", ":"), default=str).encode
 _STD_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
 
@@ -70,17 +72,6 @@ def dumps_rows(rows: list[Any]) -> str:
 
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def storable_text(value: str) -> str:
-    """``value`` as SQLite can keep it: a lone surrogate (a path decoded with
-    ``surrogateescape``, a name the standard library parsed from ``"\\udcff"``) written as
-    Python escapes it. Names that differ stay different."""
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "backslashreplace").decode()
-    return value
 
 
 def storable(value: Any) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from turnwatch.runtime.events import Event
+from turnwatch.runtime.events import Event, storable_text
 from turnwatch.runtime.fold import Step
 from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import batchsql, codec
@@ -63,9 +63,7 @@ class LedgerNotReady(LedgerError):
 
 def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
     """A value the ledger keeps beside its events (an ingest offset), or None."""
-    row = conn.execute(
-        "SELECT value FROM meta WHERE key = ?", (codec.storable_text(key),)
-    ).fetchone()
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (storable_text(key),)).fetchone()
     return None if row is None else str(row[0])
 
 
