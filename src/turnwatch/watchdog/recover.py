@@ -238,23 +238,28 @@ class Recoverer:
         """The SIGKILL deadline of a termination already begun: by this (or a killed) watchdog,
         or by the call's runtime, whose ``tools.abort.sent`` of a grace call starts the call's
         window (its SIGTERM went to the call's processes; what a finished call left running
-        it never signalled). The watchdog goes on with that window: no second SIGTERM."""
+        it never signalled). The watchdog goes on with that window: no second SIGTERM.
+
+        The window is at most as long as recorded (``kill_at`` less the record's own time): a
+        wall clock stepped back since (or a record made on a clock running fast) would stretch
+        it by the step, an hour for an hour, while the call's processes outlive their grace
+        and the watchdog, awaiting them, scans nothing else."""
         conn = self.conn_factory()
         try:
-            for r in conn.execute(
-                "SELECT attrs_json FROM events WHERE kind = ? AND session = ? AND call IS ? "
-                "ORDER BY seq DESC",
+            for ts, raw in conn.execute(
+                "SELECT ts_unix, attrs_json FROM events WHERE kind = ? AND session = ? "
+                "AND call IS ? ORDER BY seq DESC",
                 (names.TOOLS_ABORT_SENT, f.session, f.call),
             ):
-                attrs = codec.loads_stored(r[0])
+                attrs = codec.loads_stored(raw)
                 kill_at = attrs.get(names.K_KILL_AT)
                 if not isinstance(kill_at, (int, float)):
                     continue
                 step = attrs.get(names.K_STEP)
-                if step == "sigterm" and attrs.get(names.K_PID) == f.pid:
-                    return float(kill_at)
-                if step is None and not f.lingering:  # the runtime's own stop of the call
-                    return float(kill_at)
+                if (step == "sigterm" and attrs.get(names.K_PID) == f.pid) or (
+                    step is None and not f.lingering  # the runtime's own stop of the call
+                ):
+                    return min(float(kill_at), time.time() + max(float(kill_at) - float(ts), 0.0))
         finally:
             conn.close()
         return None
