@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -16,7 +17,9 @@ from tests.watchdog.helpers import Recorder
 from tests.watchdog.test_agentprocs import Cli, session
 from turnwatch import names
 from turnwatch.cli.agent_files import AgentWatch
-from turnwatch.tracing.ledger import Ledger, connect, read_events
+from turnwatch.integrations.agentlogs.follow import KEY_PREFIX, key
+from turnwatch.runtime.events import storable_text
+from turnwatch.tracing.ledger import Ledger, connect, meta_keys, read_events
 
 
 def _attributed(path: Path, sid: str) -> list[int]:
@@ -117,3 +120,46 @@ def test_a_project_directory_not_named_in_utf8_is_followed_and_resumed(tmp_path:
     assert counts[0] > 5
     assert counts == [counts[0]] * 2
     assert any("resumed" in s for s in said), said
+
+
+def _checkpoints(path: Path) -> list[str]:
+    with contextlib.closing(connect(path, readonly=True)) as conn:
+        return meta_keys(conn, KEY_PREFIX)
+
+
+def test_the_ledger_keeps_no_checkpoint_of_a_file_that_is_gone(tmp_path: Path) -> None:
+    """Claude Code deletes a transcript after 30 days: its checkpoint goes from the ledger, in
+    the run that sees it go and at the start of one after a deletion nothing saw. A project
+    directory not named in UTF-8 (its keys kept escaped) keeps the checkpoints of its files."""
+    from tests.integrations.test_agentlogs_follow import CLAUDE
+
+    root = tmp_path / "projects"
+    latin1 = Path(os.fsdecode(os.fsencode(root) + b"/-home-caf\xe9"))
+    plain = root / "-home-me"
+    files = []
+    for project in (latin1, plain):
+        project.mkdir(parents=True)
+        for name in ("a", "b"):
+            (f := project / f"{name}.jsonl").write_bytes(CLAUDE.read_bytes())
+            files.append(f)
+    path = tmp_path / "ledger.sqlite3"
+
+    def run(between: Callable[[], object] = lambda: None) -> None:
+        ledger = Ledger(path)
+        watch = AgentWatch(ledger, {"claude-code": root}, keep_args=False, say=print)
+        watch.poll(final=True)
+        assert ledger.flush(timeout=30)
+        between()
+        watch.poll(final=True)
+        watch.close()
+        ledger.close()
+
+    run()
+    assert len(_checkpoints(path)) == 4
+    run(between=files[3].unlink)  # seen going
+    assert len(_checkpoints(path)) == 3
+    files[1].unlink()  # gone while nothing followed
+    run()
+    kept = _checkpoints(path)
+    assert len(kept) == 2
+    assert sorted(kept) == sorted(storable_text(key(f)) for f in (files[0], files[2]))

@@ -52,6 +52,8 @@ class Harness:
             self.events.append,
             load=self.store.get,
             save=self.store.__setitem__,
+            forget=lambda k: self.store.pop(k, None),
+            saved=lambda: list(self.store),
             on_problem=self.problems.append,
             note=self.notes.append,
             discover_s=0.0,

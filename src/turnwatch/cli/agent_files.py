@@ -20,9 +20,16 @@ from turnwatch.integrations.agentlogs import (
     read_file,
     session_files,
 )
-from turnwatch.integrations.agentlogs.follow import Follower
+from turnwatch.integrations.agentlogs.follow import KEY_PREFIX, Follower
 from turnwatch.tracing import codec
-from turnwatch.tracing.ledger import Ledger, LedgerError, LedgerNotReady, connect, get_meta
+from turnwatch.tracing.ledger import (
+    Ledger,
+    LedgerError,
+    LedgerNotReady,
+    connect,
+    get_meta,
+    meta_keys,
+)
 from turnwatch.watchdog.agentprocs import Attributor
 
 #: ``--format`` values: the foreign-runtime event lines, or one of the CLIs.
@@ -102,6 +109,8 @@ class AgentWatch:
             lambda ev: ledger.append(ev, dedup=True, wait=True),  # files wait, lose nothing
             load=self._load,
             save=ledger.put_meta,
+            forget=ledger.forget_meta,
+            saved=self._saved,
             on_problem=lambda p: say(str(p)),
             note=say,
             keep_args=keep_args,
@@ -132,6 +141,13 @@ class AgentWatch:
             return None  # read from the start: the writer's dedup keeps each event once
         with contextlib.closing(conn):
             return get_meta(conn, key)
+
+    def _saved(self) -> list[str] | None:
+        conn = self._open()
+        if conn is None:
+            return None
+        with contextlib.closing(conn):
+            return meta_keys(conn, KEY_PREFIX)
 
     def poll(self, *, final: bool = False) -> None:
         """Read what the files gained; then, with it recorded, look at the processes."""

@@ -39,6 +39,7 @@ from turnwatch.tracing.ledger_file import (
     connect,
     file_id,
     get_meta,
+    meta_keys,
     read_events,
     write_batch,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "connect",
     "dedup_key",
     "get_meta",
+    "meta_keys",
     "read_events",
     "write_batch",
 ]
@@ -97,7 +99,7 @@ class _Meta:
     """A value to keep beside the events (a queue item: written after what came before it)."""
 
     key: str
-    value: str
+    value: str | None  # None: the key is deleted
 
 
 class Ledger:
@@ -259,6 +261,12 @@ class Ledger:
         if not self._closed:
             self._queue.put(_Meta(key, value))
 
+    def forget_meta(self, key: str) -> None:
+        """Delete what is kept under ``key`` (the checkpoint of a file that is gone), in order
+        with the events and values enqueued before it, as :meth:`put_meta`."""
+        if not self._closed:
+            self._queue.put(_Meta(key, None))
+
     def flush(
         self, timeout: float | None = 30.0, *, failing_wait_s: float = CLOSE_WAIT_FAILING_S
     ) -> bool:
@@ -411,12 +419,12 @@ class Ledger:
 
     def _drain(
         self, item: tuple[Event, str | None] | _Meta | threading.Event | None
-    ) -> tuple[list[tuple[Event, str | None]], dict[str, str], list[threading.Event], bool]:
+    ) -> tuple[list[tuple[Event, str | None]], dict[str, str | None], list[threading.Event], bool]:
         """``item`` and what is queued behind it, up to a batch: events, meta values (the last
         per key counts), flush waiters, and whether to stop."""
         batch: list[tuple[Event, str | None]] = []
         waiters: list[threading.Event] = []
-        metas: dict[str, str] = {}
+        metas: dict[str, str | None] = {}
         stop = False
         get = self._queue.get_nowait
         while True:
@@ -464,11 +472,15 @@ class Ledger:
         )
         return True
 
-    def _put_metas(self, metas: dict[str, str]) -> None:
+    def _put_metas(self, metas: dict[str, str | None]) -> None:
         try:
             self._conn.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                codec.storable_rows(list(metas.items())),
+                codec.storable_rows([(k, v) for k, v in metas.items() if v is not None]),
+            )
+            self._conn.executemany(
+                "DELETE FROM meta WHERE key = ?",
+                codec.storable_rows([(k,) for k, v in metas.items() if v is None]),
             )
         except Exception as exc:  # a checkpoint lost re-reads lines; dedup keeps them once
             log.error("turnwatch ledger %s: could not keep %s: %s", self.path, sorted(metas), exc)

@@ -67,6 +67,17 @@ def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+def meta_keys(conn: sqlite3.Connection, prefix: str) -> list[str]:
+    """Every key kept beside the events that starts with ``prefix`` (not empty), as kept
+    (:func:`~turnwatch.runtime.events.storable_text`)."""
+    start = storable_text(prefix)
+    end = start[:-1] + chr(ord(start[-1]) + 1)  # by the key's index, not a scan
+    return [
+        str(r[0])
+        for r in conn.execute("SELECT key FROM meta WHERE key >= ? AND key < ?", (start, end))
+    ]
+
+
 #: ``meta`` keys: set by a writer that opened a ledger holding keys written before they led
 #: with the time (bare hashes), which each batch then looks up too; and that this check ran.
 META_DEDUP_LEGACY = "dedup_legacy"

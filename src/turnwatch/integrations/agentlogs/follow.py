@@ -9,7 +9,9 @@ flight). It is handed to ``save`` behind the events it covers; ``load`` gives it
 - A file truncated or rewritten in place (its first bytes changed) is read again from its start;
   a file replaced under its name (rotation) is read as the new file it is. Either way the ledger
   keeps what was read before, and deduplication keeps a line read twice from counting twice.
-- A file that vanishes is reported once and forgotten.
+- A file that vanishes is reported once and forgotten, its checkpoint with it (``forget``); at
+  start, so are the checkpoints of files deleted under a root while nothing followed them
+  (``saved`` lists them): the ledger keeps no place of a file that is gone.
 - A file quiet for IDLE_S is let go: its place is its checkpoint, and only its size and time
   are kept while it is listed; when it grows it is followed again from the checkpoint. What the
   follower holds is bounded by the files being written, not by a directory's years of history.
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from turnwatch.integrations.agentlogs.base import BadRecord, Translator
 from turnwatch.integrations.agentlogs.formats import FORMATS, session_files
 from turnwatch.integrations.agentlogs.lines import CHUNK, LineReader
 from turnwatch.integrations.agentlogs.reader import Problem, Report, parse
-from turnwatch.runtime.events import Event
+from turnwatch.runtime.events import Event, storable_text
 
 #: How many first bytes identify a file's contents (a rewrite in place changes them).
 HEAD_BYTES = 256
@@ -53,9 +55,13 @@ class Checkpoint:
     state: dict[str, Any] = field(default_factory=dict)
 
 
+#: What every checkpoint's key starts with.
+KEY_PREFIX = "agents.offset:"
+
+
 def key(path: Path) -> str:
     """The checkpoint's key in the ledger's metadata."""
-    return f"agents.offset:{path}"
+    return f"{KEY_PREFIX}{path}"
 
 
 class _File:
@@ -94,6 +100,8 @@ class Follower:
         *,
         load: Callable[[str], str | None] = lambda _k: None,
         save: Callable[[str, str], None] = lambda _k, _v: None,
+        forget: Callable[[str], object] = lambda _k: None,
+        saved: Callable[[], Iterable[str] | None] = lambda: (),
         on_problem: Callable[[Problem], None] = lambda _p: None,
         note: Callable[[str], None] = lambda _m: None,
         keep_args: bool = False,
@@ -101,7 +109,10 @@ class Follower:
     ) -> None:
         self.roots = dict(roots)
         self.sink = sink
-        self.load, self.save = load, save
+        self.load, self.save, self.forget = load, save, forget
+        # The keys of every checkpoint kept (as kept: see _sweep), or None while they cannot
+        # be read; swept once, at the first listing.
+        self.saved: Callable[[], Iterable[str] | None] | None = saved
         self.on_problem, self.note = on_problem, note
         self.keep_args = keep_args
         self.discover_s = discover_s
@@ -161,6 +172,9 @@ class Follower:
         self._gone &= listed
         for path in self._quiet.keys() - listed:
             del self._quiet[path]
+            self.forget(key(path))
+        if self.saved is not None:
+            self._sweep(listed)
         if new:  # one line, not one per file: a CLI's directory holds thousands
             self.note(
                 f"following {new} new session file(s), {resumed} resumed where the last run stopped"
@@ -197,6 +211,27 @@ class Follower:
         f.read_to, f.head = cp.offset, head
         f.tr.restore(cp.state)
         return True
+
+    def _sweep(self, listed: set[Path]) -> None:
+        """Forget the checkpoints of files deleted under a root while nothing followed them.
+
+        Only under a root that exists now (an unmounted home proves nothing gone), and only of
+        files not listed now. Keys are compared as kept: a path not in UTF-8 is kept escaped
+        (``storable_text``), and no escaped text names a file to look for."""
+        assert self.saved is not None
+        keys = self.saved()
+        if keys is None:
+            return  # the ledger cannot be read now: the next listing tries again
+        self.saved = None
+        under = tuple(
+            storable_text(key(root)).rstrip(os.sep) + os.sep
+            for root in self.roots.values()
+            if root.is_dir()
+        )
+        live = {storable_text(key(p)) for p in listed}
+        for k in keys:
+            if k.startswith(under) and k not in live:
+                self.forget(k)
 
     @staticmethod
     def _woke(path: Path, seen: tuple[int, int]) -> bool:
@@ -269,6 +304,7 @@ class Follower:
         self._emit(f.tr.flush())
         self.files.pop(f.path, None)
         self._gone.add(f.path)
+        self.forget(key(f.path))  # behind the last save, in the same queue
 
     def _read(self, f: _File, size: int) -> None:
         try:
