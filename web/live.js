@@ -31,12 +31,6 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-function ago(ts) {
-  if (ts == null) return "";
-  const s = Math.max(0, Date.now() / 1000 - ts);
-  return s < 60 ? `${s.toFixed(0)} s ago` : `${(s / 60).toFixed(0)} min ago`;
-}
-
 function ms(s) {
   return s == null ? "" : s < 1 ? `${(s * 1000).toFixed(0)} ms` : `${s.toFixed(2)} s`;
 }
@@ -195,7 +189,8 @@ function row(s) {
     el("td", { class: "id" }, s.session),
     el("td", {}, el("span", { class: `state state-${s.state}` }, s.state)),
     actions(s),
-    el("td", { class: "col-since" }, ago(s.since)),
+    // The server's reading (`since_ago`): its clock, not this browser's, wrote the times.
+    el("td", { class: "col-since", title: s.since == null ? "" : new Date(s.since * 1000).toISOString() }, s.since_ago),
     el("td", { class: "id col-turn" }, s.turn ?? ""),
     el("td", { class: "col-mode" }, s.mode ?? s.source ?? ""),
     el("td", { class: "col-calls" }, running ? `${running} running of ${s.calls.length}` : `${s.calls.length}`),

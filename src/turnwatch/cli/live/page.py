@@ -4,7 +4,9 @@ A WSGI application served beside ``/metrics`` and ``POST /v1/events`` (``turnwat
 ``turnwatch serve``). What it answers:
 
 - ``GET /``: the page; ``GET /web/<file>``: its script, styles, and the browser module.
-- ``GET /api/sessions``: every session as ``turnwatch sessions --json`` shows it.
+- ``GET /api/sessions``: every session as ``turnwatch sessions --json`` shows it, with
+  ``since_ago`` (``3 h 12 min ago``, by this server's clock, as the commands say it) and what
+  Stop and Recover can do for it.
 - ``GET /api/sessions/<id>/timeline``: the stop's timeline, as ``turnwatch explain --json``.
 - ``POST /api/sessions/<id>/stop``: ``agent.abort`` for the session, with the request's
   ``traceparent`` (the browser module's click), through ``stop``; answers the receipt. Only from
@@ -38,6 +40,7 @@ from urllib.parse import unquote
 from turnwatch.cli.live.actions import CanStop, Recover
 from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import view
+from turnwatch.tracing.ages import ago
 from turnwatch.tracing.eventsapi import bearer_ok, same_origin
 from turnwatch.tracing.ledger import LedgerError, connect
 from turnwatch.watchdog.scan import Finding, annotated, apply_findings
@@ -176,6 +179,9 @@ class LivePage:
     def _row(self, r: view.SessionView) -> dict[str, Any]:
         """A session as the page shows it: the view, what Stop and Recover can do for it."""
         out = r.to_json()
+        # How long ago, read as the commands read it and against the server's clock: the one
+        # the recorded times were written by (a browser's may be hours off).
+        out["since_ago"] = ago(r.since)
         out["stop_unavailable"] = self.can_stop(r) if self.can_stop is not None else None
         out["recoverable"] = self.recover is not None and bool(r.findings)
         return out
