@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 from typing import ClassVar
 
-from turnwatch.runtime.events import Event
+from turnwatch.runtime.events import Event, storable_text
 from turnwatch.runtime.fold import (
     CALL_COLUMNS,
     SESSION_COLUMNS,
@@ -124,15 +124,52 @@ CREATE INDEX IF NOT EXISTS calls_late_grant ON calls (late_grant_ts)
         # Built in C (map, zip, attrgetter): these run per event.
         named = list(map(_SESSION_OF, events))
         sids = set(named)
-        for r in _SESSIONS_OF(conn, list(sids - rows.sessions.keys())):
-            rows.sessions[r["session"]] = SessionState(**dict(r))
         named_calls = set(zip(named, map(_CALL_OF, events), strict=True))
         pairs = {(sid, call) for sid, call in named_calls if call is not None}
-        for r in _CALLS_OF(conn, [p for p in pairs if p not in rows.calls]):
+        want_sessions = list(sids - rows.sessions.keys())
+        want_calls = [p for p in pairs if p not in rows.calls]
+        if not want_sessions and not want_calls:
+            return sids, pairs
+        raw = _raw_of(events)
+        for r in _SESSIONS_OF(conn, want_sessions):
+            d = dict(r)
+            if raw:
+                _restore(d, raw, _SESSION_TEXT)
+            rows.sessions[d["session"]] = SessionState(**d)
+        for r in _CALLS_OF(conn, want_calls):
             d = dict(r)
             d["tool_class"] = d.pop("class")
-            rows.calls[(r["session"], r["call"])] = CallState(**d)
+            if raw:
+                _restore(d, raw, _CALL_TEXT)
+            rows.calls[(d["session"], d["call"])] = CallState(**d)
         return sids, pairs
+
+
+#: The ids a row holds that the fold compares with an event's (a session's turn, a call's tool).
+_SESSION_TEXT = ("session", "turn", "parent_session")
+_CALL_TEXT = ("session", "call", "turn", "tool")
+
+
+def _raw_of(events: list[Event]) -> dict[str, str]:
+    """The batch's ids that UTF-8 cannot carry (a lone surrogate), by the escaped text the file
+    keeps of them (``storable_text``). A row read back holds the escaped text: folded as it is,
+    its session would be another than its events' (a fresh state, the turn lost, written over
+    the row) and its turn or tool another than theirs."""
+    ids = {*map(_SESSION_OF, events), *map(_TURN_OF, events), *map(_CALL_OF, events)}
+    ids.update(map(_TOOL_OF, events))
+    ids.discard(None)
+    out: dict[str, str] = {}
+    for x in ids:
+        if not x.isascii() and (kept := storable_text(x)) != x:
+            out[kept] = x
+    return out
+
+
+def _restore(row: dict[str, object], raw: dict[str, str], cols: tuple[str, ...]) -> None:
+    for col in cols:
+        value = row[col]
+        if isinstance(value, str) and value in raw:
+            row[col] = raw[value]
 
 
 _SESSION_UPSERT = batchsql.Insert("sessions", _SESSION_COLS, replace=True)
@@ -150,6 +187,8 @@ _CALLS_OF = batchsql.Lookup(
 )
 _SESSION_OF = operator.attrgetter("session")
 _CALL_OF = operator.attrgetter("call")
+_TURN_OF = operator.attrgetter("turn")
+_TOOL_OF = operator.attrgetter("tool")
 # A state → its values in column order (attrgetter: a tuple, built in C).
 _session_values = operator.attrgetter(*_SESSION_COLS)
 _call_values = operator.attrgetter(*(f.name for f in fields(CallState)))
