@@ -66,6 +66,18 @@ def _stored(value: Any) -> Any:
     return storable_text(value) if isinstance(value, str) else value
 
 
+def _want(store: Store) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
+    """The rows of a fold's states, as the file keeps them."""
+    sessions = {
+        tuple(_stored(getattr(s, c)) for c in SESSION_COLUMNS) for s in store.sessions.values()
+    }
+    calls = {
+        tuple(_stored(getattr(c, "tool_class" if col == "class" else col)) for col in CALL_COLUMNS)
+        for c in store.calls.values()
+    }
+    return sessions, calls
+
+
 def _moves(steps: list[Step]) -> list[tuple[str, tuple[Any, ...]]]:
     return [(st.ev.kind, st.moves) for st in steps]
 
@@ -114,11 +126,30 @@ def test_rows_read_back_decide_as_the_rows_kept(
         got_rows = _rows(conn)
         conn.close()
     assert _moves(got_steps) == want
-    final = fold.store
-    assert got_rows[0] == {
-        tuple(_stored(getattr(s, c)) for c in SESSION_COLUMNS) for s in final.sessions.values()
-    }
-    assert got_rows[1] == {
-        tuple(_stored(getattr(c, "tool_class" if col == "class" else col)) for col in CALL_COLUMNS)
-        for c in final.calls.values()
-    }
+    assert got_rows == _want(fold.store)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=_EVENTS, cuts=st.lists(st.integers(1, 30), max_size=6), by=st.lists(st.booleans()))
+def test_two_writers_taking_turns_leave_the_rows_of_one_fold(
+    events: list[Event], cuts: list[int], by: list[bool]
+) -> None:
+    """The runtime's writer and the watchdog's, each with its kept rows, on one file: each reads
+    what the other committed (``PRAGMA data_version``) before its next batch."""
+    fold = Fold(Store())
+    for ev in events:
+        fold(ev)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ledger.sqlite3"
+        writers = [(connect(path), Summary()), (connect(path), Summary())]
+        at = 0
+        for i, n in enumerate([*cuts, len(events)]):
+            batch = events[at : at + n]
+            at += len(batch)
+            conn, summary = writers[int(by[i]) if i < len(by) else 0]
+            if batch:
+                write_batch(conn, summary, [(e, None) for e in batch])
+        got_rows = _rows(writers[0][0])
+        for conn, _ in writers:
+            conn.close()
+    assert got_rows == _want(fold.store)
