@@ -156,15 +156,23 @@ def test_bad_lines_oversized_lines_and_unknown_records_never_stop_it(tmp_path: P
     assert unlogged(h.events) == batch(CODEX)
 
 
-def test_a_held_gemini_turn_end_is_decided_when_the_run_ends(tmp_path: Path) -> None:
+def test_a_held_gemini_turn_end_is_decided_by_quiet_not_by_a_runs_end(tmp_path: Path) -> None:
+    """The reply that may end the turn is held until the file is quiet. A run that ends before
+    (a restart, ``watch --once``) decides nothing: its checkpoint holds it, and the next run
+    decides it once the file is quiet, at once for a file an hour old."""
     chats = tmp_path / "proj" / "chats"
     chats.mkdir(parents=True)
-    (chats / "session-1.jsonl").write_bytes(GEMINI.read_bytes())
+    path = chats / "session-1.jsonl"
+    path.write_bytes(GEMINI.read_bytes())
     h = Harness("gemini-cli", tmp_path)
     h.f.poll()
     assert names.TURN_SETTLED not in [e.kind for e in h.events]  # held: a rewrite may follow
     h.f.close()
-    assert unlogged(h.events) == batch(GEMINI)
+    assert names.TURN_SETTLED not in [e.kind for e in h.events]  # the CLI may be writing
+    os.utime(path, (time.time() - 3600,) * 2)
+    again = Harness("gemini-cli", tmp_path, h.store)
+    again.f.poll()
+    assert unlogged(h.events + again.events) == batch(GEMINI)
 
 
 def event_count(ledger: Path) -> int:

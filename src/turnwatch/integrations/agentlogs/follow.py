@@ -12,6 +12,10 @@ flight). It is handed to ``save`` behind the events it covers; ``load`` gives it
 - A file that vanishes is reported once and forgotten, its checkpoint with it (``forget``); at
   start, so are the checkpoints of files deleted under a root while nothing followed them
   (``saved`` lists them): the ledger keeps no place of a file that is gone.
+- What only quiet can decide (a turn end an adapter holds: Gemini CLI's reply, written again
+  with its tool calls if it has any) is decided once the file has been quiet for QUIET_S, by
+  this run's looks or by its modification time; never because a run ends. A run stopped (a
+  restart, ``watch --once``) keeps what is held in the file's checkpoint for the next one.
 - A file quiet for IDLE_S is let go: its place is its checkpoint, and only its size and time
   are kept while it is listed; when it grows it is followed again from the checkpoint. What the
   follower holds is bounded by the files being written, not by a directory's years of history.
@@ -128,7 +132,7 @@ class Follower:
 
     def poll(self, *, final: bool = False) -> int:
         """Find new files (every ``discover_s``), read what every file gained; return the
-        number of events. ``final``: the end of the run, every held turn end is decided."""
+        number of events. ``final``: the end of the run (find files now, let none go)."""
         now = time.monotonic()
         if final or now - self._discovered_at >= self.discover_s:
             self._discover()
@@ -139,7 +143,8 @@ class Follower:
         return self.report.events - before
 
     def close(self) -> None:
-        """Decide what the end decides, and save every file's place."""
+        """Read what the files gained and save every file's place, with what it holds: a run's
+        end decides nothing the file does not (the next run goes on from the checkpoint)."""
         self.poll(final=True)
         for f in self.files.values():
             self._save(f)
@@ -210,6 +215,7 @@ class Follower:
         f.lines = LineReader(offset=cp.offset, lineno=cp.lineno)
         f.read_to, f.head = cp.offset, head
         f.tr.restore(cp.state)
+        f.flushed = False  # what the last run held is decided here, once the file is quiet
         return True
 
     def _sweep(self, listed: set[Path]) -> None:
@@ -265,10 +271,13 @@ class Follower:
         if st.st_size > f.read_to:
             self._read(f, st.st_size)
             f.grew_at, f.flushed = now, False
-        quiet = now - f.grew_at >= QUIET_S
+        # Quiet: as this run saw it, or as the file's time says (a file first looked at now
+        # may have been quiet for hours). A run's end is no quiet: the CLI may be writing.
+        wall = time.time()
+        quiet = now - f.grew_at >= QUIET_S or wall - st.st_mtime >= QUIET_S
         if f.flushed and f.tr.calls:  # quiet, a call open: it may be waiting on its user
-            self._emit(f.tr.ripen(time.time()))
-        if not f.flushed and (quiet or final):
+            self._emit(f.tr.ripen(wall))
+        if not f.flushed and quiet:
             self._emit(f.tr.flush())
             f.flushed = True
             self._save(f)
