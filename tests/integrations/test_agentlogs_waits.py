@@ -9,6 +9,8 @@ the CLI writes the case (an answer that came after the recording ended, a tool t
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +173,7 @@ def test_a_follower_restarted_between_the_wait_and_its_answer_ends_it(tmp_path: 
         body = lines if cut is None else lines[:cut]
         extra = [json.dumps(r).encode() + b"\n" for r in more] if cut is None else []
         path.write_bytes(b"".join(body) + b"".join(extra))
+        quiet_since(path, 60)  # the user took a minute: the run sees the file quiet
         h = Harness("codex", tmp_path, store)
         h.f.poll(final=True)
         h.f.close()
@@ -337,7 +340,8 @@ def test_an_edit_open_past_the_peers_threshold_waits_on_its_prompt_when_followed
     recs = edit_left_open(mode)
     path = tmp_path / "proj" / "s.jsonl"
     path.parent.mkdir()
-    path.write_text("".join(json.dumps(r) + "\n" for r in recs))  # written months ago
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    quiet_since(path, 90 * 86_400)  # written months ago
     h = Harness("claude-code", tmp_path)
     h.f.poll(final=True)
     h.f.close()
@@ -348,6 +352,11 @@ def test_an_edit_open_past_the_peers_threshold_waits_on_its_prompt_when_followed
         asked = [e.ts_unix for e in h.events if e.kind == names.PERMISSION_REQUESTED]
         assert asked == started
     assert waits_of(read("claude-code", recs)) == []  # read whole: nothing inferred
+
+
+def quiet_since(path: Path, seconds: float) -> None:
+    """``path`` last written ``seconds`` ago: what only quiet decides is decided on reading."""
+    os.utime(path, (time.time() - seconds,) * 2)
 
 
 def waits_of(events: list[Event]) -> list[tuple[str, Any]]:
