@@ -51,6 +51,11 @@ def waits(events: list[Event]) -> list[tuple[str, str | None, Any]]:
     ]
 
 
+def quiet_since(path: Path, seconds: float) -> None:
+    """``path`` last written ``seconds`` ago: what only quiet decides is decided on reading."""
+    os.utime(path, (time.time() - seconds,) * 2)
+
+
 def codex_after(rec: dict[str, Any], kind: str, **payload: Any) -> dict[str, Any]:
     """A Codex record written a moment after ``rec``."""
     return {"timestamp": "2026-08-17T22:41:30.000Z", "type": kind, "payload": payload}
@@ -352,11 +357,6 @@ def test_an_edit_open_past_the_peers_threshold_waits_on_its_prompt_when_followed
         asked = [e.ts_unix for e in h.events if e.kind == names.PERMISSION_REQUESTED]
         assert asked == started
     assert waits_of(read("claude-code", recs)) == []  # read whole: nothing inferred
-
-
-def quiet_since(path: Path, seconds: float) -> None:
-    """``path`` last written ``seconds`` ago: what only quiet decides is decided on reading."""
-    os.utime(path, (time.time() - seconds,) * 2)
 
 
 def waits_of(events: list[Event]) -> list[tuple[str, Any]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
@@ -53,29 +54,25 @@ _EVENTS = st.lists(
 
 
 def _rows(conn: sqlite3.Connection) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
-    sessions = conn.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions").fetchall()
-    calls = conn.execute(f"SELECT {', '.join(map(_quoted, CALL_COLUMNS))} FROM calls").fetchall()
-    return {tuple(r) for r in sessions}, {tuple(r) for r in calls}
+    """Every row of both summary tables, in the states' field order (``class`` quoted: SQL)."""
+    return _select(conn, "sessions", SESSION_COLUMNS), _select(conn, "calls", CALL_COLUMNS)
 
 
-def _quoted(col: str) -> str:
-    return f'"{col}"'
+def _select(conn: sqlite3.Connection, table: str, cols: tuple[str, ...]) -> set[tuple[Any, ...]]:
+    quoted = ", ".join(f'"{c}"' for c in cols)
+    return {tuple(r) for r in conn.execute(f"SELECT {quoted} FROM {table}")}
+
+
+def _want(store: Store) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
+    """The rows of a fold's states, as the file keeps them (text UTF-8 cannot carry, escaped)."""
+    return (
+        {tuple(map(_stored, astuple(s))) for s in store.sessions.values()},
+        {tuple(map(_stored, astuple(c))) for c in store.calls.values()},
+    )
 
 
 def _stored(value: Any) -> Any:
     return storable_text(value) if isinstance(value, str) else value
-
-
-def _want(store: Store) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
-    """The rows of a fold's states, as the file keeps them."""
-    sessions = {
-        tuple(_stored(getattr(s, c)) for c in SESSION_COLUMNS) for s in store.sessions.values()
-    }
-    calls = {
-        tuple(_stored(getattr(c, "tool_class" if col == "class" else col)) for col in CALL_COLUMNS)
-        for c in store.calls.values()
-    }
-    return sessions, calls
 
 
 def _moves(steps: list[Step]) -> list[tuple[str, tuple[Any, ...]]]:
