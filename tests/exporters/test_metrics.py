@@ -180,3 +180,33 @@ def test_label_values_stay_in_their_closed_sets_whatever_a_runtime_writes() -> N
     assert {"mode", "policy", "outcome", "kind", "result"} <= seen.keys()
     stops = registry.get_sample_value(names.M_STOPS + "_total", {"mode": "other"})
     assert stops == 40  # every stop counted, under one series
+
+
+def test_a_monotonic_clock_that_went_back_is_not_read_as_an_instant_stop() -> None:
+    """A foreign runtime's ``mono_ns`` counts from its own start; restarted between a stop and
+    its settlement, it records the settlement on a clock that began again. The stop took 30 s
+    by the wall clock both records share: not 0 s."""
+    import io
+    import json
+
+    from turnwatch.tracing.ingest import ingest
+
+    def line(ts: float, kind: str, mono: int, **kw: object) -> str:
+        return json.dumps({"ts": ts, "kind": kind, "session": "s", "mono_ns": mono, **kw})
+
+    t, began = 1.7e9, 7_200 * 10**9  # two hours into the first process; 5 s into the second
+    lines = [
+        line(t, "runtime.started", began - 10**9, attrs={"pid": 1, "create_time": 1.0}),
+        line(t, "turn.started", began - 10**9, turn="t"),
+        line(t + 1, "abort.rpc.received", began, turn="t"),
+        line(t + 31, "turn.settled", 5 * 10**9, turn="t", attrs={"outcome": "aborted"}),
+    ]
+    registry = CollectorRegistry()
+    report = ingest(
+        io.BytesIO("\n".join(lines).encode()), Telemetry(observers=[StopMetrics(registry)])
+    )
+    assert (report.good, report.bad_count) == (len(lines), 0)
+    took = registry.get_sample_value(
+        f"{names.M_STOP_TO_SETTLE}_sum", {"mode": "unknown", "outcome": "aborted"}
+    )
+    assert took == pytest.approx(30.0)

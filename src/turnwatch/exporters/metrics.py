@@ -98,8 +98,10 @@ def tool_label(tool: str | None) -> str:
 
 def _since(ts: float | None, mono: int | None, ev: Event) -> float:
     """Seconds from a recorded instant to ``ev``: monotonic when both have it, else wall."""
-    if mono is not None and ev.mono_ns is not None:
-        return max(0.0, (ev.mono_ns - mono) / 1e9)
+    if mono is not None and ev.mono_ns is not None and ev.mono_ns >= mono:
+        return (ev.mono_ns - mono) / 1e9
+    # A monotonic clock that went back is two clocks (two boots, two runtimes' own origins):
+    # the wall clock is the one they share.
     return max(0.0, ev.ts_unix - (ts if ts is not None else ev.ts_unix))
 
 

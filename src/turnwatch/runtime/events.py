@@ -88,6 +88,25 @@ def now_event(
     )
 
 
+def wall_event(
+    kind: str,
+    session: str,
+    *,
+    turn: str | None = None,
+    call: str | None = None,
+    tool: str | None = None,
+    attrs: Mapping[str, Any] | None = None,
+) -> Event:
+    """An event stamped now on the wall clock alone, for a writer whose monotonic clock need
+    not be the one the session was recorded on (the watchdog, recording about a runtime that
+    ran on the boot before this one, or a foreign runtime whose ``mono_ns`` counts from its own
+    start): a duration between its event and the runtime's is then measured on the clock both
+    share, not on two that do not compare."""
+    if kind not in _KINDS:
+        raise ValueError(f"unknown event kind {kind!r}")
+    return Event(kind, session, time.time(), None, turn, call, tool, attrs or NO_ATTRS)
+
+
 _KINDS = names.EVENT_KINDS
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from turnwatch import names
-from turnwatch.runtime.events import EventSink, now_event
+from turnwatch.runtime.events import EventSink, wall_event
 from turnwatch.runtime.model import FindingKind, RecoveryResult
 from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect
@@ -232,7 +232,7 @@ class Watchdog:
         for f in result.findings:
             if f.key not in self._reported:
                 self.sink(
-                    now_event(
+                    wall_event(
                         names.WATCHDOG_FINDING,
                         f.session,
                         turn=f.turn,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from turnwatch import names
 from turnwatch.runtime import terminate
 from turnwatch.runtime.cgroup import CallCgroup
-from turnwatch.runtime.events import EventSink, now_event
+from turnwatch.runtime.events import EventSink, wall_event
 from turnwatch.runtime.model import (
     FindingKind,
     Outcome,
@@ -110,7 +110,7 @@ class Recoverer:
         self.say = say
 
     def record(self, kind: str, f: Finding, **attrs: Any) -> None:
-        self.sink(now_event(kind, f.session, turn=f.turn, call=f.call, tool=f.tool, attrs=attrs))
+        self.sink(wall_event(kind, f.session, turn=f.turn, call=f.call, tool=f.tool, attrs=attrs))
         self.flush()
 
     async def recover(self, f: Finding) -> Recovery:
@@ -228,7 +228,7 @@ class Recoverer:
             (names.ABORT_RPC_RETURNED, {names.K_SETTLED_BY: "watchdog"}),
             (names.PROCESSING_CLEARED, {names.K_SETTLED_BY: "watchdog"}),
         ):
-            self.sink(now_event(kind, f.session, turn=f.turn, attrs=attrs))
+            self.sink(wall_event(kind, f.session, turn=f.turn, attrs=attrs))
         self.record(names.WATCHDOG_RECOVERED, f, result=R.OK, action=how.words)
         return how(f, R.OK, "turn recorded settled by the watchdog")
 
