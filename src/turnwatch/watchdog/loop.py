@@ -256,7 +256,9 @@ class Watchdog:
             self._reported |= current
         if self.recover:
             out.actions = await self.act(result.findings)
-        if self._prune_due():
+        # A scan that could not read the ledger found none of its findings: pruning after it
+        # (the file readable again by then) would take the sessions they keep.
+        if result.unread is None and self._prune_due():
             keep = {f.session for f in result.findings}
             self.last_prune = await asyncio.to_thread(self._prune, keep)
         out.duration_s = time.perf_counter() - started
