@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
 import threading
 import time
 from pathlib import Path
 
-from tests.conftest import turnwatch
+import psutil
+
+from tests.conftest import Procs, turnwatch
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.tracing import view
@@ -170,11 +173,12 @@ def test_prune_and_watch_retain_from_the_command_line(tmp_path: Path) -> None:
     history(path, old=20)
     dry = turnwatch("prune", "--older-than", "30d", "--dry-run", "--ledger", str(path))
     assert dry.returncode == 0, dry.stderr
-    assert "would delete 21 session(s)" in " ".join(dry.stdout.split())
+    # "left" too: the process its call started, nobody saw end, is not alive (the command looks).
+    assert "would delete 22 session(s)" in " ".join(dry.stdout.split())
     kept = turnwatch("prune", "--older-than", "30d", "--json", "--ledger", str(path))
     said = json.loads(kept.stdout)["pruned"]
-    assert said["sessions"] == 21
-    assert said["kept"] == {"processing": 1, "processes_live": 1}
+    assert said["sessions"] == 22
+    assert said["kept"] == {"processing": 1}
     history(path, old=5)  # again: five old sessions (ids reused: they come back settled)
     watched = turnwatch(
         "watch", "--once", "--recover", "--retain", "30d", "--grace", "0.5", "--ledger", str(path)
@@ -224,3 +228,72 @@ def test_prune_vacuum_converts_an_older_ledger(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "rewriting" in done.stdout
     assert connect(path, readonly=True).execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+
+
+def foreign_session(session: str, ts: float, runtime: psutil.Process, proc: int, ct: float) -> str:
+    """A foreign runtime's settled turn, as design §3 writes it: its Bash call's end says
+    nothing of its processes (no host ``status``), so the ledger marks them as possibly alive."""
+    call = {"turn": f"{session}.t1", "call": f"{session}.c1", "tool": "Bash"}
+
+    def line(kind: str, dt: float, **kw: object) -> str:
+        return json.dumps({"ts": ts + dt, "kind": kind, "session": session, **kw})
+
+    rt = {"pid": runtime.pid, "create_time": runtime.create_time()}
+    return "\n".join(
+        [
+            line("runtime.started", 0, attrs=rt),
+            line("turn.started", 0, turn=call["turn"]),
+            line("tool.requested", 0.1, **call),
+            line("tool.started", 0.2, **call, attrs={"pid": proc, "create_time": ct}),
+            line("tool.finished", 5, **call, attrs={"outcome": "completed"}),
+            line("turn.settled", 6, turn=call["turn"], attrs={"outcome": "completed"}),
+            line("processing.cleared", 6, turn=call["turn"]),
+        ]
+    )
+
+
+def test_a_session_is_kept_for_its_processes_only_while_one_of_them_lives(
+    tmp_path: Path, procs: Procs
+) -> None:
+    """Invariant 7 under retention: a foreign runtime (or an agent CLI's command the watchdog
+    recorded) never says a call's processes are gone, so every session that ran one was kept
+    for ever ("processes live"), and the ledger grew with history. What is kept is what lives:
+    the call's recorded process (pid and start time), its cgroup's members, what it left."""
+    path = tmp_path / "ledger.sqlite3"
+    me = psutil.Process()
+    exited = subprocess.Popen(["true"])
+    exited_ct = psutil.Process(exited.pid).create_time()
+    exited.wait()
+    runs = procs.spawn(["sleep", "300"])
+    old = time.time() - 40 * 86_400
+    lines = "\n".join(
+        [
+            foreign_session("gone", old, me, exited.pid, exited_ct),
+            foreign_session("runs", old, me, runs.pid, runs.create_time()),
+        ]
+    )
+    src = tmp_path / "events.jsonl"
+    src.write_text(lines + "\n")
+    done = turnwatch("ingest", str(src), "--ledger", str(path))
+    assert done.returncode == 0, done.stderr
+
+    dry = turnwatch("prune", "--older-than", "30d", "--dry-run", "--json", "--ledger", str(path))
+    assert json.loads(dry.stdout)["pruned"]["sessions"] == 1, dry.stdout
+    pruned = turnwatch("prune", "--older-than", "30d", "--json", "--ledger", str(path))
+    said = json.loads(pruned.stdout)["pruned"]
+    assert (said["sessions"], said["kept"]) == (1, {"processes_live": 1}), said
+    conn = connect(path, readonly=True)
+    assert [r.session for r in view.sessions(conn)] == ["runs"]
+    conn.close()
+
+    # The watchdog's retention judges the same way.
+    src.write_text(foreign_session("gone2", old, me, exited.pid, exited_ct) + "\n")
+    assert turnwatch("ingest", str(src), "--ledger", str(path)).returncode == 0
+    watched = turnwatch(
+        "watch", "--once", "--recover", "--retain", "30d", "--grace", "0.5", "--ledger", str(path)
+    )
+    assert "pruned 1 session(s)" in watched.stderr, watched.stderr
+    conn = connect(path, readonly=True)
+    assert [r.session for r in view.sessions(conn)] == ["runs"]
+    conn.close()
+    assert runs.is_running()

@@ -1,7 +1,8 @@
 """Retention of the ledger: the rows of sessions settled before a horizon, deleted.
 
 Never a session that is processing (it can still be pinned), one the caller keeps (an open
-finding, a recorded process alive), or one with a call whose processes may still live. Deletes
+finding), or one with a call whose processes may still live: the caller's process table judges
+those nobody saw end (``live``), since a foreign runtime's end of a call never says. Deletes
 run in small transactions (:data:`BATCH_SESSIONS` sessions each, a few milliseconds), each
 re-checking its sessions under the write lock: the runtime's writer thread or ``ingest --follow``
 writing the same file waits for one batch at most, and a session that came back to life since
@@ -19,26 +20,32 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.dedup import forget_keys, ingested_keys
 from turnwatch.tracing.ledger_file import META_DEDUP_LEGACY, LedgerError, get_meta
+from turnwatch.tracing.view import CallView, call_view
 
-__all__ = ["BATCH_SESSIONS", "Pruned", "file_bytes", "holders", "prune", "vacuum"]
+__all__ = ["BATCH_SESSIONS", "LiveCheck", "Pruned", "file_bytes", "holders", "prune", "vacuum"]
 
 #: Sessions deleted per transaction: a few milliseconds of the write lock each.
 BATCH_SESSIONS = 100
 #: Pages given back per batch (``PRAGMA incremental_vacuum``), so each lock stays short.
 VACUUM_PAGES = 2000
 
+_SETTLED = "SELECT session FROM sessions WHERE processing = 0 AND last_ts < ?"
 _ELIGIBLE = (
-    "SELECT session FROM sessions WHERE processing = 0 AND last_ts < ? "
-    "AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.session = sessions.session "
+    f"{_SETTLED} AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.session = sessions.session "
     "AND c.procs_live = 1)"
 )
+_MAY_LIVE = "SELECT * FROM calls WHERE procs_live = 1 AND session IN ({marks})"
+
+#: Whether a process of a call (its ``calls`` row, as :func:`~turnwatch.tracing.view.call_view`
+#: reads it) lives now: the watchdog's process table judges it.
+LiveCheck = Callable[[CallView], bool]
 
 
 @dataclass
@@ -77,14 +84,20 @@ def prune(
     *,
     keep: Collection[str] = (),
     dry_run: bool = False,
+    live: LiveCheck | None = None,
 ) -> Pruned:
     """Delete the rows of every session settled before ``horizon`` (Unix seconds) but those in
     ``keep``; ``conn`` is a writer's connection (:func:`~turnwatch.tracing.ledger_file.connect`,
-    autocommit)."""
+    autocommit).
+
+    A session with a call whose processes nobody saw end (a foreign runtime's call, whose end
+    says nothing of them; one that left some running) is kept while ``live`` says a process of
+    it lives; without ``live``, always: a ledger without a process table to look at keeps what
+    may live."""
     started = time.perf_counter()
     out = Pruned(horizon, dry_run)
-    out.kept = _kept(conn, horizon, keep)
-    chosen = [r[0] for r in conn.execute(_ELIGIBLE, (horizon,)) if r[0] not in keep]
+    out.kept = _kept(conn, horizon, keep, live)
+    chosen = [s for s in _eligible(conn, horizon, None, live) if s not in keep]
     if dry_run:
         for i in range(0, len(chosen), BATCH_SESSIONS):
             part = chosen[i : i + BATCH_SESSIONS]
@@ -102,28 +115,49 @@ def prune(
         return out
     before = file_bytes(conn)
     for i in range(0, len(chosen), BATCH_SESSIONS):
-        _delete(conn, chosen[i : i + BATCH_SESSIONS], horizon, out)
+        _delete(conn, chosen[i : i + BATCH_SESSIONS], horizon, out, live)
     out.freed_bytes = max(before - file_bytes(conn), 0)
     out.took_s = time.perf_counter() - started
     return out
 
 
-def _delete(conn: sqlite3.Connection, part: list[str], horizon: float, out: Pruned) -> None:
+def _eligible(
+    conn: sqlite3.Connection, horizon: float, part: list[str] | None, live: LiveCheck | None
+) -> list[str]:
+    """The sessions (of ``part``, or all) settled before ``horizon`` and no process of which
+    may live (by ``live``; without it, none marked as possibly alive)."""
+    sql = _ELIGIBLE if live is None else _SETTLED
+    if part is None:
+        found = [r[0] for r in conn.execute(sql, (horizon,))]
+    else:
+        marks = ",".join("?" * len(part))
+        found = [r[0] for r in conn.execute(f"{sql} AND session IN ({marks})", (horizon, *part))]
+    if live is None:
+        return found
+    held = _held(conn, found, live)
+    return [s for s in found if s not in held]
+
+
+def _held(conn: sqlite3.Connection, sessions: Sequence[str], live: LiveCheck) -> set[str]:
+    """Those of ``sessions`` with a call a process of which lives now."""
+    held: set[str] = set()
+    for r in select_in(conn, _MAY_LIVE, sessions):
+        if r["session"] not in held and live(call_view(r)):
+            held.add(r["session"])
+    return held
+
+
+def _delete(
+    conn: sqlite3.Connection, part: list[str], horizon: float, out: Pruned, live: LiveCheck | None
+) -> None:
     # Before the lock: reading and hashing the rows is most of a batch's work. A session given
     # an event since keeps that event's key (a few bytes left behind, never a key taken from an
     # event that stays: a key names its session, and only sessions deleted whole lose theirs).
     keys = ingested_keys(conn, part, legacy=_legacy(conn))
     conn.execute("BEGIN IMMEDIATE")
     try:
-        marks = ",".join("?" * len(part))
         # Again under the lock: a session that came back to life since it was chosen stays.
-        still = [
-            r[0]
-            for r in conn.execute(
-                f"{_ELIGIBLE} AND session IN ({marks})",
-                (horizon, *part),
-            )
-        ]
+        still = _eligible(conn, horizon, part, live)
         if still:
             marks = ",".join("?" * len(still))
             out.events += conn.execute(
@@ -145,16 +179,21 @@ def _delete(conn: sqlite3.Connection, part: list[str], horizon: float, out: Prun
     conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES});")
 
 
-def _kept(conn: sqlite3.Connection, horizon: float, keep: Collection[str]) -> dict[str, int]:
+def _kept(
+    conn: sqlite3.Connection, horizon: float, keep: Collection[str], live: LiveCheck | None
+) -> dict[str, int]:
     old = "FROM sessions WHERE last_ts < ?"
-    kept = {
-        "processing": _count(conn, f"SELECT count(*) {old} AND processing = 1", [horizon]),
-        "processes_live": _count(
-            conn,
-            f"SELECT count(*) {old} AND processing = 0 AND EXISTS (SELECT 1 FROM calls c "
+    may_live = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT session {old} AND processing = 0 AND EXISTS (SELECT 1 FROM calls c "
             "WHERE c.session = sessions.session AND c.procs_live = 1)",
             [horizon],
-        ),
+        )
+    ]
+    kept = {
+        "processing": _count(conn, f"SELECT count(*) {old} AND processing = 1", [horizon]),
+        "processes_live": len(may_live if live is None else _held(conn, may_live, live)),
     }
     if keep:
         sql = f"SELECT count(*) {old} AND processing = 0 AND session IN ({{marks}})"

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,15 @@ from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect
 from turnwatch.tracing.prune import Pruned, prune
 from turnwatch.watchdog.inprocess import merged, runtime_findings
 from turnwatch.watchdog.recover import Recoverer, Recovery
-from turnwatch.watchdog.scan import DEFAULT_CONFIG, Action, Config, Finding, ScanResult, scan
+from turnwatch.watchdog.scan import (
+    DEFAULT_CONFIG,
+    Action,
+    Config,
+    Finding,
+    ScanResult,
+    lives,
+    scan,
+)
 from turnwatch.watchdog.signals import Guard
 
 if TYPE_CHECKING:
@@ -260,7 +269,7 @@ class Watchdog:
         # (the file readable again by then) would take the sessions they keep.
         if result.unread is None and self._prune_due():
             keep = {f.session for f in result.findings}
-            self.last_prune = await asyncio.to_thread(self._prune, keep)
+            self.last_prune = await asyncio.to_thread(self._prune, keep, result.table)
         out.duration_s = time.perf_counter() - started
         return out
 
@@ -273,12 +282,13 @@ class Watchdog:
         self._pruned_at = now
         return True
 
-    def _prune(self, keep: set[str]) -> Pruned | None:
+    def _prune(self, keep: set[str], table: ProcessTable | None) -> Pruned | None:
         assert self.retain_s is not None
+        live = None if table is None else partial(lives, table=table)
         try:
             conn = connect(self.ledger)
             try:
-                done = prune(conn, time.time() - self.retain_s, keep=keep)
+                done = prune(conn, time.time() - self.retain_s, keep=keep, live=live)
             finally:
                 conn.close()
         except (LedgerError, sqlite3.Error) as exc:  # tried again at the next due cycle

@@ -399,13 +399,18 @@ def _left_alive(c: CallView, table: ProcessTable) -> list[tuple[int, float]]:
     return [(p, ct) for p, ct in c.lingering if table.alive(p, ct)]
 
 
-def _alive_of(c: CallView, table: ProcessTable) -> list[tuple[int, float]]:
+def alive_of(c: CallView, table: ProcessTable) -> list[tuple[int, float]]:
     """Every process of the call alive now: what it left or its cgroup holds, else its own
     recorded process (pid and start time) while nobody saw it reaped."""
     left = _left_alive(c, table)
     if left or c.pid is None or c.create_time is None or c.reaped_ts is not None:
         return left
     return [(c.pid, c.create_time)] if table.alive(c.pid, c.create_time) else []
+
+
+def lives(c: CallView, *, table: ProcessTable) -> bool:
+    """Whether a process of the call lives now (retention keeps its session while one does)."""
+    return bool(alive_of(c, table))
 
 
 def annotate_findings(
@@ -441,7 +446,7 @@ def annotated(
     result = scan(conn, cfg=cfg, now=now)
     assert result.table is not None
     for r in rows:
-        r.live_processes = sum(len(_alive_of(c, result.table)) for c in r.calls)
+        r.live_processes = sum(len(alive_of(c, result.table)) for c in r.calls)
         if r.mode is None:  # an agent CLI's session: its reader says which CLI (by index)
             r.source = view.producer(conn, r.session)
     return apply_findings(rows, result.findings), list(result.findings)

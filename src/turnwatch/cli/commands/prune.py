@@ -7,6 +7,7 @@ import sqlite3
 import sys
 import time
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -51,7 +52,7 @@ def prune(
     with an open finding, or with a recorded process alive."""
     from turnwatch.tracing import prune as retention
     from turnwatch.tracing.ledger import connect
-    from turnwatch.watchdog.scan import scan
+    from turnwatch.watchdog.scan import lives, scan
 
     if older_than is None and not vacuum:
         raise fail("prune: give --older-than DURATION (and/or --vacuum)")
@@ -64,8 +65,10 @@ def prune(
         if vacuum:
             out["vacuum"] = _vacuum(conn, path, dry_run, quiet=as_json)
         if span is not None:
-            keep = {f.session for f in scan(conn).findings}
-            done = retention.prune(conn, time.time() - span, keep=keep, dry_run=dry_run)
+            found = scan(conn)
+            keep = {f.session for f in found.findings}
+            live = None if found.table is None else partial(lives, table=found.table)
+            done = retention.prune(conn, time.time() - span, keep=keep, dry_run=dry_run, live=live)
             out["pruned"] = done.to_json()
             if not as_json:
                 _say(done)
