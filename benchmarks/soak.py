@@ -41,6 +41,11 @@ LIVE = 10
 #: Pruned this often (in sessions served) with this horizon: what ``watch --retain`` does, sped up.
 PRUNE_EVERY = 5_000
 RETAIN_S = 2.0
+#: The runtime waits for its writer this often (in sessions, ~40 events each): served as fast
+#: as the loop can, it outruns a writer that also builds spans, and past QUEUE_MAX events
+#: behind the ledger drops what it is given (loudly, and counted in ``lost``). A real runtime's
+#: tools take milliseconds to minutes; a soak that overran the writer measured its queue.
+WAIT_EVERY = 500
 
 
 @dataclass
@@ -54,6 +59,7 @@ class Point:
     per_s: float
     held: int  # sessions the runtime holds
     rows: int  # sessions the ledger holds
+    lost: int  # events the ledger dropped, its writer too far behind (0, or the soak is wrong)
 
 
 @dataclass
@@ -136,6 +142,8 @@ async def run(
         for i in range(n):
             await _session(rt, f"s{i}")
             done = i + 1
+            if done % WAIT_EVERY == 0:
+                await asyncio.to_thread(tel.ledger.flush, 600)
             if done % prune_every == 0:
                 tel.ledger.flush(timeout=600)
                 conn = connect(where)
@@ -158,6 +166,7 @@ async def run(
                     per_s,
                     held,
                     rows,
+                    tel.ledger.lost,
                 )
                 out.points.append(point)
                 started, last = time.perf_counter(), done
@@ -181,6 +190,7 @@ def report(soak: Soak) -> str:
             f"{p.ledger_bytes / first.ledger_bytes:.2f}× ({p.ledger_bytes / 2**20:.1f} MiB)",
             f"{p.per_s:,.0f}",
             f"{p.held:,} / {p.rows:,}",
+            f"{p.lost:,}",
         ]
         for p in soak.points
     ]
@@ -191,6 +201,7 @@ def report(soak: Soak) -> str:
         "ledger (vs first)",
         "sessions/s",
         "held by the runtime / rows in the ledger",
+        "events lost",
     ]
     return "### Soak\n\n" + table(head, rows) + "\n"
 
