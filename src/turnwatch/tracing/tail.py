@@ -86,8 +86,14 @@ class Tail:
             if paused:  # before reading on: is it still the file we were reading?
                 change = self._change(pending)
                 if change == "rotated":
-                    if pending:  # the old file's last line, which never got its newline
-                        yield from self._advance(pending)
+                    # The old file to its end first: what the writer added since the last read,
+                    # before the rename, is there and nowhere else (its last line may lack
+                    # its newline).
+                    *whole, last = (pending + self._file.read()).split(b"\n")
+                    for raw in whole:
+                        yield from self._advance(raw + b"\n")
+                    if last:
+                        yield from self._advance(last)
                     self._reopen()
                     pending = b""
                 elif change == "rewritten":  # the partial line belonged to the old contents
