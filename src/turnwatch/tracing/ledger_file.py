@@ -6,6 +6,7 @@ readers in other processes (the CLI, the watchdog) use :func:`connect` and :func
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
@@ -227,8 +228,12 @@ def _look(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     (looking changes no file)."""
     if not path.exists():
         raise LedgerError(f"{path}: no ledger here (set --ledger or $TURNWATCH_LEDGER)")
-    with open(path, "rb"):  # unreadable: say so plainly, before SQLite's words for it
-        pass
+    # Unreadable: say so plainly, before SQLite's words for it. Asked, never by opening it: a
+    # process loses every POSIX lock it holds on a file when it closes any descriptor of it,
+    # SQLite's too, and a writer beside this look (the watchdog's, serve-metrics') would have
+    # its WAL deleted by the next process to close the ledger, its commits seen by no one.
+    if not os.access(path, os.R_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
     beside = [p for p in (Path(f"{path}-wal"), Path(f"{path}-shm")) if not p.exists()]
     conn = _open_readonly(path, busy_timeout_s)
     try:
