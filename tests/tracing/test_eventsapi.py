@@ -59,7 +59,12 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def post(
-    base: str, body: bytes, *, token: str | None = TOKEN, origin: str | None = None
+    base: str,
+    body: bytes,
+    *,
+    token: str | None = TOKEN,
+    origin: str | None = None,
+    timeout: float = 10,
 ) -> tuple[int, dict[str, object], dict[str, str]]:
     headers = {"Content-Type": "application/x-ndjson"}
     if token is not None:
@@ -68,7 +73,7 @@ def post(
         headers["Origin"] = origin
     req = urllib.request.Request(base + "/v1/events", data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read()), dict(r.headers)
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
@@ -157,3 +162,30 @@ def test_a_preflight_from_an_allowed_origin_gets_cors_headers(server: tuple[str,
         assert r.status == 204
         assert r.headers["Access-Control-Allow-Origin"] == ORIGIN
         assert "POST" in r.headers["Access-Control-Allow-Methods"]
+
+
+def test_a_batch_the_ledger_could_not_commit_is_not_said_recorded(server: tuple[str, Path]) -> None:
+    """Another writer holds the ledger's lock past the busy timeout (a ``prune --vacuum``
+    rewriting it): the events wait in the writer's backlog, not in the file. The reply said
+    ``200 accepted`` all the same, and a runtime or a page took them as durable. It is a ``503``
+    saying so; the batch sent again once the lock is gone is kept once."""
+    base, ledger = server
+    batch = stop_and_idle(time.time() - 5)
+    holder = sqlite3.connect(ledger, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        status, body, headers = post(base, batch, timeout=60)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert status == 503, body
+    assert "not yet recorded" in str(body["error"])
+    assert headers["Retry-After"] == "5"
+    deadline = time.monotonic() + 30
+    while True:
+        status, body, _ = post(base, batch)
+        if status == 200:
+            break
+        assert time.monotonic() < deadline, body
+        time.sleep(0.5)
+    assert stored(ledger) == 4  # the backlog's and the retry's, once

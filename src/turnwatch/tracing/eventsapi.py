@@ -7,6 +7,9 @@ A WSGI application. What it answers:
 - ``400`` ``{"bad": [{"line": N, "reason": "..."}]}``: some line was bad; **nothing** of the
   request is recorded (a request is one batch: its good lines are committed with it, or not at
   all, so a retry after fixing the bad line stores each event once).
+- ``503`` ``{"error": "..."}`` with ``Retry-After``: the ledger could not commit the batch in
+  time (another writer holds its lock, the disk is full) or dropped some of it; send it again
+  (events sent twice are kept once).
 - ``413`` over ``max_bytes``, read no further; ``401`` without the bearer token when one is set;
   ``403`` from another origin than the server's own that is not on the allow-list (a browser
   sends ``Origin`` with every POST, so a page served beside the endpoint, as turnwatch's live page
@@ -23,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from turnwatch.runtime.events import Event
+from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing.ingest import BadLine, parse_line
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.pipeline import Telemetry
@@ -34,9 +38,17 @@ MAX_BYTES = 1024 * 1024
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
+#: Seconds a client is asked to wait before sending a batch the ledger could not commit again.
+RETRY_AFTER_S = 5
+
+
+class NotRecorded(TurnwatchError):
+    """What ``record`` raises when a batch is not durable when it returns: why, in words."""
+
+
 class EventsApp:
     """The endpoint, handing each good request's events to ``record`` as one batch, which
-    returns once they are durable (the reply says they are)."""
+    returns once they are durable (the reply says they are) or raises :class:`NotRecorded`."""
 
     def __init__(
         self,
@@ -86,20 +98,33 @@ class EventsApp:
         if bad:
             lines = [{"line": b.lineno, "reason": b.reason} for b in bad[:100]]
             return _reply(start, "400 Bad Request", {"bad": lines, "accepted": 0}, cors)
-        self.record(events)
+        try:
+            self.record(events)
+        except NotRecorded as exc:
+            retry = [("Retry-After", str(RETRY_AFTER_S))]
+            return _reply(start, "503 Service Unavailable", {"error": str(exc)}, cors + retry)
         return _reply(start, "200 OK", {"accepted": len(events)}, cors)
 
 
 def recorder(telemetry: Telemetry, ledger: Ledger) -> Callable[[list[Event]], None]:
     """``record`` for :class:`EventsApp`: a request's events into ``telemetry`` together (one
-    request at a time), and committed to ``ledger`` before the reply says they are."""
+    request at a time), and committed to ``ledger`` before the reply says they are; raises
+    :class:`NotRecorded` when they are not (they may still be written from the writer's
+    backlog: a batch sent again is kept once)."""
     lock = threading.Lock()
 
     def record(batch: list[Event]) -> None:
         with lock:
+            lost = ledger.lost
             for ev in batch:
                 telemetry.foreign(ev)
-            ledger.flush(timeout=30)
+            if not ledger.flush(timeout=30):
+                why = ledger.failing or "the writer is more than 30 s behind"
+                raise NotRecorded(f"not yet recorded: {ledger.path}: {why}; send them again")
+            if ledger.lost != lost:
+                raise NotRecorded(
+                    f"not recorded: {ledger.path}: {ledger.lost_why}; send them again"
+                )
 
     return record
 
