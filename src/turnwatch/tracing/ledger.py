@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from turnwatch.runtime import held_files
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Step, StepReader
 from turnwatch.tracing import batchsql, codec
@@ -132,6 +133,8 @@ class Ledger:
             self.attach(Stages(transform, observers))
         self._busy_timeout_s = busy_timeout_s
         self._conn = connect(self.path, busy_timeout_s=busy_timeout_s)
+        # This process's own file tools must not open it (closing it would drop its locks).
+        held_files.hold(self.path)
         self._file = file_id(self.path)  # the file this writer writes (checked at each batch)
         self._summary = Summary()
         self._queue: queue.SimpleQueue[
@@ -309,6 +312,7 @@ class Ledger:
         self._thread.join(timeout=30)
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
+        held_files.release(self.path)
         atexit.unregister(self.close)
 
     def _lose(self, n: int, why: str) -> None:

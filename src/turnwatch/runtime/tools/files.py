@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from turnwatch.runtime.held_files import held, inodes
 from turnwatch.runtime.model import TurnwatchError
 from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
 from turnwatch.runtime.tools.context import ToolContext, run_in_worker
@@ -54,6 +56,19 @@ async def _race(ctx: ToolContext, work: asyncio.Future[HostResult]) -> HostResul
     return HostResult(HostStatus.ABORTED, "", error="discarded at stop")
 
 
+def _held(path: Path) -> HostResult | None:
+    """An error for a file of the ledger this process writes: opened and closed here, it
+    would lose the ledger's locks (see :mod:`turnwatch.runtime.held_files`)."""
+    ledger = held(path)
+    if ledger is None:
+        return None
+    why = (
+        f"{path}: a file of this runtime's turnwatch ledger ({ledger}), which its own tools "
+        "never open; look at it with turnwatch sessions"
+    )
+    return HostResult(HostStatus.ERROR, error=why)
+
+
 def _started(ctx: ToolContext) -> None:
     ctx.notify(Started())
 
@@ -65,6 +80,8 @@ async def read(ctx: ToolContext) -> HostResult:
     _started(ctx)
 
     def work() -> HostResult:
+        if refused := _held(path):
+            return refused
         with path.open("rb") as fh:  # read-only, always
             data = fh.read(limit)
         return HostResult(HostStatus.OK, data.decode("utf-8", "replace"))
@@ -106,6 +123,8 @@ async def grep(ctx: ToolContext) -> HostResult:
     _started(ctx)
 
     def work() -> HostResult:
+        if not os.path.isdir(root) and (refused := _held(Path(root))):
+            return refused  # named explicitly (under a directory, it is passed by)
         matches: list[str] = []
         scanned = 0
         last_beat = time.monotonic()
@@ -133,13 +152,19 @@ def _regular_files(root: str, stop: Callable[[], bool]) -> Iterator[str]:
     if not os.path.isdir(root):
         yield root  # named explicitly: read it whatever it is, as grep does (a FIFO blocks)
         return
+    mine = inodes()  # this process's ledger files: passed by (_held)
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
             if stop():
                 return
             path = os.path.join(dirpath, name)
-            if os.path.isfile(path):  # like ripgrep: no FIFOs, sockets or devices
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            # Like ripgrep: no FIFOs, sockets or devices.
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in mine:
                 yield path
 
 
@@ -256,6 +281,8 @@ async def edit(ctx: ToolContext) -> HostResult:
     replace_all = _arg(ctx.args, "replace_all", bool, False)
 
     def work() -> HostResult:
+        if refused := _held(path):
+            return refused
         text = path.read_text()
         count = text.count(old)
         if count == 0 or (count > 1 and not replace_all):
