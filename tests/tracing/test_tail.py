@@ -19,13 +19,7 @@ def follow(path: Path, during_pauses: list[Callable[[], None]]) -> list[bytes]:
         if todo:
             todo.pop(0)()
 
-    stop = [False]
-
-    def spent() -> bool:
-        stop[0] = stop[0] or not todo
-        return stop[0]
-
-    with Tail(path, follow=True, poll_s=0.01, idle=idle, stop=spent) as tail:
+    with Tail(path, follow=True, poll_s=0.01, idle=idle, stop=lambda: not todo) as tail:
         return [raw for _n, raw in tail]
 
 

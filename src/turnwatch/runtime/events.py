@@ -102,9 +102,8 @@ def wall_event(
     ran on the boot before this one, or a foreign runtime whose ``mono_ns`` counts from its own
     start): a duration between its event and the runtime's is then measured on the clock both
     share, not on two that do not compare."""
-    if kind not in _KINDS:
-        raise ValueError(f"unknown event kind {kind!r}")
-    return Event(kind, session, time.time(), None, turn, call, tool, attrs or NO_ATTRS)
+    ev = now_event(kind, session, turn=turn, call=call, tool=tool, attrs=attrs)
+    return ev._replace(mono_ns=None)
 
 
 _KINDS = names.EVENT_KINDS

@@ -37,11 +37,12 @@ BATCH_SESSIONS = 100
 VACUUM_PAGES = 2000
 
 _SETTLED = "SELECT session FROM sessions WHERE processing = 0 AND last_ts < ?"
-_ELIGIBLE = (
-    f"{_SETTLED} AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.session = sessions.session "
+#: Of those, the sessions with a call whose processes nobody saw end.
+_MAY_LIVE = (
+    f"{_SETTLED} AND EXISTS (SELECT 1 FROM calls c WHERE c.session = sessions.session "
     "AND c.procs_live = 1)"
 )
-_MAY_LIVE = "SELECT * FROM calls WHERE procs_live = 1 AND session IN ({marks})"
+_MAY_LIVE_CALLS = "SELECT * FROM calls WHERE procs_live = 1 AND session IN ({marks})"
 
 #: Whether a process of a call (its ``calls`` row, as :func:`~turnwatch.tracing.view.call_view`
 #: reads it) lives now: the watchdog's process table judges it.
@@ -96,8 +97,11 @@ def prune(
     may live."""
     started = time.perf_counter()
     out = Pruned(horizon, dry_run)
-    out.kept = _kept(conn, horizon, keep, live)
-    chosen = [s for s in _eligible(conn, horizon, None, live) if s not in keep]
+    held = _held(conn, _MAY_LIVE, [horizon], live)
+    out.kept = _kept(conn, horizon, keep, len(held))
+    chosen = [
+        r[0] for r in conn.execute(_SETTLED, (horizon,)) if r[0] not in keep and r[0] not in held
+    ]
     if dry_run:
         for i in range(0, len(chosen), BATCH_SESSIONS):
             part = chosen[i : i + BATCH_SESSIONS]
@@ -122,26 +126,26 @@ def prune(
 
 
 def _eligible(
-    conn: sqlite3.Connection, horizon: float, part: list[str] | None, live: LiveCheck | None
+    conn: sqlite3.Connection, horizon: float, part: list[str], live: LiveCheck | None
 ) -> list[str]:
-    """The sessions (of ``part``, or all) settled before ``horizon`` and no process of which
-    may live (by ``live``; without it, none marked as possibly alive)."""
-    sql = _ELIGIBLE if live is None else _SETTLED
-    if part is None:
-        found = [r[0] for r in conn.execute(sql, (horizon,))]
-    else:
-        marks = ",".join("?" * len(part))
-        found = [r[0] for r in conn.execute(f"{sql} AND session IN ({marks})", (horizon, *part))]
+    """Those of ``part`` settled before ``horizon`` and not kept for their processes."""
+    marks = ",".join("?" * len(part))
+    args = [horizon, *part]
+    held = _held(conn, f"{_MAY_LIVE} AND session IN ({marks})", args, live)
+    settled = conn.execute(f"{_SETTLED} AND session IN ({marks})", args)
+    return [r[0] for r in settled if r[0] not in held]
+
+
+def _held(
+    conn: sqlite3.Connection, sql: str, args: Sequence[object], live: LiveCheck | None
+) -> set[str]:
+    """The sessions ``sql`` selects (of :data:`_MAY_LIVE`) kept for their processes: each,
+    without ``live``; with it, those with a call a process of which lives now."""
+    may = [r[0] for r in conn.execute(sql, args)]
     if live is None:
-        return found
-    held = _held(conn, found, live)
-    return [s for s in found if s not in held]
-
-
-def _held(conn: sqlite3.Connection, sessions: Sequence[str], live: LiveCheck) -> set[str]:
-    """Those of ``sessions`` with a call a process of which lives now."""
+        return set(may)
     held: set[str] = set()
-    for r in select_in(conn, _MAY_LIVE, sessions):
+    for r in select_in(conn, _MAY_LIVE_CALLS, may):
         if r["session"] not in held and live(call_view(r)):
             held.add(r["session"])
     return held
@@ -180,20 +184,12 @@ def _delete(
 
 
 def _kept(
-    conn: sqlite3.Connection, horizon: float, keep: Collection[str], live: LiveCheck | None
+    conn: sqlite3.Connection, horizon: float, keep: Collection[str], held: int
 ) -> dict[str, int]:
     old = "FROM sessions WHERE last_ts < ?"
-    may_live = [
-        r[0]
-        for r in conn.execute(
-            f"SELECT session {old} AND processing = 0 AND EXISTS (SELECT 1 FROM calls c "
-            "WHERE c.session = sessions.session AND c.procs_live = 1)",
-            [horizon],
-        )
-    ]
     kept = {
         "processing": _count(conn, f"SELECT count(*) {old} AND processing = 1", [horizon]),
-        "processes_live": len(may_live if live is None else _held(conn, may_live, live)),
+        "processes_live": held,
     }
     if keep:
         sql = f"SELECT count(*) {old} AND processing = 0 AND session IN ({{marks}})"
