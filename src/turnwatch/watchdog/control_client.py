@@ -1,4 +1,10 @@
-"""Calling a runtime's control endpoint from another process."""
+"""Calling a runtime's control endpoint from another process.
+
+The path comes from the ledger, and whatever listens there now answers: the runtime that
+recorded it, a newer or hung one, or another program that took the path since. Anything but a
+JSON-RPC answer is a :class:`ControlError` that says so, never another exception: one session's
+bad endpoint must not end a watchdog that recovers the others.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ from turnwatch import names
 from turnwatch.runtime.model import TurnwatchError
 
 _ids = itertools.count(1)
+#: The longest reply read (``sessions.list`` of a busy runtime is well under a megabyte): a
+#: peer that streams without ever ending its line is cut off here, not read into memory.
+MAX_REPLY_BYTES = 16 * 1024 * 1024
 
 
 class ControlError(TurnwatchError):
@@ -20,6 +29,8 @@ class ControlError(TurnwatchError):
 def call(path: str, method: str, params: dict[str, Any], *, timeout: float = 60.0) -> Any:
     """One JSON-RPC request; returns ``result`` or raises :class:`ControlError`."""
     rid = next(_ids)
+    chunks: list[bytes] = []
+    size = 0
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
@@ -30,26 +41,55 @@ def call(path: str, method: str, params: dict[str, Any], *, timeout: float = 60.
                 ).encode()
                 + b"\n"
             )
-            buf = b""
-            while not buf.endswith(b"\n"):
+            while not chunks or not chunks[-1].endswith(b"\n"):
                 chunk = sock.recv(65536)
                 if not chunk:
                     raise ControlError(f"{path}: the runtime closed the connection")
-                buf += chunk
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_REPLY_BYTES:
+                    raise ControlError(
+                        f"{path}: not a JSON-RPC reply (no line within {MAX_REPLY_BYTES:,} bytes)"
+                    )
     except OSError as exc:
         raise ControlError(f"{path}: {exc.strerror or exc}") from None
-    reply = json.loads(buf)
-    if "error" in reply:
-        raise ControlError(f"{path}: {reply['error']['message']}")
-    return reply["result"]
+    return _result(path, b"".join(chunks))
 
 
-def abort(path: str, session: str, *, timeout: float = 60.0) -> str:
-    """``agent.abort`` with source ``watchdog``; returns the receipt."""
-    result = call(
-        path,
-        names.RPC_AGENT_ABORT,
-        {"session": session, "source": "watchdog"},
-        timeout=timeout,
-    )
-    return str(result["receipt"])
+def _result(path: str, line: bytes) -> Any:
+    """The ``result`` of one reply line, or the :class:`ControlError` it amounts to."""
+    try:
+        reply = json.loads(line)
+    except ValueError:  # not JSON, or not UTF-8
+        raise ControlError(f"{path}: not a JSON-RPC reply: {_shown(line)}") from None
+    if isinstance(reply, dict) and "result" in reply:
+        return reply["result"]
+    error = reply.get("error") if isinstance(reply, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        raise ControlError(f"{path}: {error['message']}")
+    raise ControlError(f"{path}: not a JSON-RPC reply: {_shown(line)}")
+
+
+def _shown(line: bytes, limit: int = 80) -> str:
+    """The start of what a peer said, as one line."""
+    text = line.decode("utf-8", "backslashreplace").strip()
+    return repr(text[:limit] + ("…" if len(text) > limit else ""))
+
+
+def abort(
+    path: str,
+    session: str,
+    *,
+    source: str = "watchdog",
+    traceparent: str | None = None,
+    timeout: float = 60.0,
+) -> str:
+    """``agent.abort`` (by default with source ``watchdog``); returns the receipt."""
+    params = {"session": session, "source": source}
+    if traceparent:
+        params["traceparent"] = traceparent
+    result = call(path, names.RPC_AGENT_ABORT, params, timeout=timeout)
+    receipt = result.get("receipt") if isinstance(result, dict) else None
+    if not isinstance(receipt, str):
+        raise ControlError(f"{path}: not a JSON-RPC reply: agent.abort without a receipt")
+    return receipt

@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from turnwatch.cli.live.actions import CanStop, Recover
-from turnwatch.runtime.model import TurnwatchError
+from turnwatch.runtime.model import TurnwatchError, parse_traceparent
 from turnwatch.tracing import view
 from turnwatch.tracing.ages import ago
 from turnwatch.tracing.eventsapi import bearer_ok, same_origin
@@ -48,7 +48,6 @@ from turnwatch.watchdog.scan import Finding, annotated, apply_findings
 #: The page's files: ``web/`` of the repository, installed as package data.
 ASSETS = Path(__file__).resolve().parents[2] / "web"
 _ASSET_NAME = re.compile(r"^[a-z][a-z0-9.-]*\.(?:js|css|html|d\.ts)$")
-_TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 #: ``stop(session, traceparent)``: agent.abort for the session; returns the receipt. Raises
 #: LookupError for a session it cannot stop (unknown, or no control endpoint recorded) and
@@ -67,9 +66,8 @@ class StopFailed(TurnwatchError):
 def stop_by_control(ledger: Path) -> Stop:
     """A Stop through the session's runtime control endpoint, as the ledger records it (the
     runtime's ``runtime.started``): ``agent.abort`` with source ``ui`` and the click's trace."""
-    from turnwatch import names
     from turnwatch.runtime.model import StopSource
-    from turnwatch.watchdog.control_client import ControlError, call
+    from turnwatch.watchdog.control_client import ControlError, abort
 
     def stop(session: str, traceparent: str | None) -> str:
         conn = connect(ledger, readonly=True)
@@ -85,11 +83,8 @@ def stop_by_control(ledger: Path) -> Stop:
             raise LookupError(
                 f"session {session!r}: its runtime recorded no control endpoint to stop it by"
             )
-        params = {"session": session, "source": StopSource.UI.value}
-        if traceparent:
-            params["traceparent"] = traceparent
         try:
-            return str(call(row["control"], names.RPC_AGENT_ABORT, params)["receipt"])
+            return abort(row["control"], session, source=StopSource.UI, traceparent=traceparent)
         except ControlError as exc:
             raise StopFailed(str(exc)) from None
 
@@ -265,8 +260,10 @@ class LivePage:
         if refused is not None:
             return refused
         tp = environ.get("HTTP_TRACEPARENT")
-        if tp is not None and not _TRACEPARENT.match(tp):
-            return _json(start, "400 Bad Request", {"error": f"bad traceparent {tp!r}"})
+        try:
+            tp = None if tp is None else parse_traceparent(tp)
+        except ValueError as exc:
+            return _json(start, "400 Bad Request", {"error": str(exc)})
         try:
             receipt = self.stop(session, tp)
         except LookupError as exc:
