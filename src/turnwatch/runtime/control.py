@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from turnwatch import names
-from turnwatch.runtime.model import StopSource, TurnwatchError
+from turnwatch.runtime.model import StopSource, TurnwatchError, parse_traceparent
 from turnwatch.runtime.runtime import Runtime
 
 MAX_REQUEST_BYTES = 64 * 1024
@@ -47,6 +47,10 @@ class ControlServer:
         self.path = Path(path)
         self._server: asyncio.base_events.Server | None = None
         self.refused_peers = 0
+        # Connected clients: closing the server hangs them up (Python 3.11's Server.close()
+        # leaves them open, and their handlers are then cancelled at the loop's end with a
+        # traceback in the log).
+        self._clients: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> ControlServer:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +70,8 @@ class ControlServer:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+            for writer in list(self._clients):
+                writer.close()
             await self._server.wait_closed()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
@@ -80,17 +86,28 @@ class ControlServer:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
+        self._clients.add(writer)
         try:
             if sock is None or _peer_uid(sock) != os.getuid():
                 self.refused_peers += 1
                 return
-            while line := await reader.readline():
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:  # over the limit: said, then the connection is closed
+                    reply = _error(None, _INVALID, f"request over {MAX_REQUEST_BYTES} bytes")
+                    writer.write(json.dumps(reply).encode() + b"\n")
+                    await writer.drain()
+                    return
+                if not line:
+                    return
                 reply = await self._dispatch(line)
                 writer.write(json.dumps(reply).encode() + b"\n")
                 await writer.drain()
-        except (ConnectionError, asyncio.LimitOverrunError, ValueError):
-            pass  # a peer that hung up or sent an oversized line: nothing to answer
+        except ConnectionError:
+            pass  # a peer that hung up: nothing to answer
         finally:
+            self._clients.discard(writer)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
@@ -109,11 +126,15 @@ class ControlServer:
             return _error(rid, _INVALID_PARAMS, "params must be an object")
         try:
             if method == names.RPC_AGENT_ABORT:
+                session = _text(params, "session")
+                if session is None:
+                    raise KeyError("session")
+                traceparent = _text(params, "traceparent")
                 receipt = await self.runtime.abort(
-                    str(params["session"]),
-                    source=params.get("source", StopSource.API),
-                    turn=params.get("turn"),
-                    traceparent=params.get("traceparent"),
+                    session,
+                    source=_text(params, "source") or StopSource.API,
+                    turn=_text(params, "turn"),
+                    traceparent=traceparent and parse_traceparent(traceparent),
                 )
                 return {"jsonrpc": "2.0", "id": rid, "result": {"receipt": receipt.value}}
             if method == "sessions.list":
@@ -137,6 +158,14 @@ class ControlServer:
         return _error(
             rid, _NO_METHOD, f"unknown method {method!r}; methods: agent.abort, sessions.list"
         )
+
+
+def _text(params: dict[str, Any], key: str) -> str | None:
+    """A string param, or None if absent; any other type is a ValueError naming it."""
+    value = params.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"param {key!r} must be a string, not {type(value).__name__}")
 
 
 def _error(rid: object, code: int, message: str) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -241,3 +242,17 @@ def parse_source(source: str | StopSource) -> StopSource:
     except ValueError:
         valid = ", ".join(s.value for s in StopSource)
         raise ValueError(f"invalid stop source {source!r}; valid sources: {valid}") from None
+
+
+#: A W3C ``traceparent`` header of version 00, as a browser's click or a framework's run sends it.
+TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def parse_traceparent(traceparent: str) -> str:
+    """``traceparent`` if it is a W3C ``traceparent`` (version 00), else a ValueError saying
+    what one looks like."""
+    if not TRACEPARENT.fullmatch(traceparent):
+        raise ValueError(
+            f"bad traceparent {traceparent!r}: want 00-<32 hex trace id>-<16 hex span id>-<2 hex>"
+        )
+    return traceparent
