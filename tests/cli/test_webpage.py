@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import io
 import json
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 from wsgiref.util import setup_testing_defaults
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tests import streams
+from turnwatch import names
 from turnwatch.cli.live.page import LivePage, StopFailed
+from turnwatch.exporters import http
+from turnwatch.runtime.events import Event
+from turnwatch.tracing.ledger import Ledger
 
 TP = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
 
@@ -132,3 +140,44 @@ def test_each_bad_recover_request_gets_its_status_and_recovers_nothing(tmp_path:
     assert asked == [("pinned", False), ("pinned", True)]
     rows = call(app, "GET", "/api/sessions")[1]
     assert all("stop_unavailable" in r and "recoverable" in r for r in rows)
+
+
+#: Session ids the runtimes people run do use (a LangGraph thread "team/alice", a user's own
+#: words), each listed by the page and then asked for by the id it listed.
+ODD_IDS = ["team/alice/42", "café", "50%41off", "a%2Fb", "x y", "q?x=1", "h#1", "日本/語", "+plus"]
+
+
+def test_every_listed_session_is_found_by_its_own_id(tmp_path: Path) -> None:
+    """Through the real server, as the page's script asks (``encodeURIComponent``): before,
+    an id with a "/" was "no such page", a non-ASCII one and one with "%" an "unknown session"
+    (the path was decoded twice, and as Latin-1)."""
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    for sid in ODD_IDS:
+        ledger.append(Event(names.TURN_STARTED, sid, time.time() - 10, turn=f"{sid}.t1"))
+    ledger.close()
+    stopped: list[str] = []
+
+    def stop(session: str, _tp: str | None) -> str:
+        stopped.append(session)
+        return "accepted"
+
+    page = LivePage(path, stop, token="t0k")
+    server, port = http.serve(CollectorRegistry(), "127.0.0.1:0", routes=page.routes())
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with urllib.request.urlopen(f"{base}/api/sessions") as r:
+            listed = [row["session"] for row in json.load(r)]
+        assert sorted(listed) == sorted(ODD_IDS)
+        for sid in listed:
+            where = f"{base}/api/sessions/{quote(sid, safe='')}"
+            with urllib.request.urlopen(f"{where}/timeline") as r:
+                assert json.load(r)["session"] == sid
+            asked = urllib.request.Request(
+                f"{where}/stop", method="POST", headers={"Authorization": "Bearer t0k"}
+            )
+            with urllib.request.urlopen(asked) as r:
+                assert json.load(r) == {"session": sid, "receipt": "accepted"}
+    finally:
+        http.stop(server)
+    assert stopped == listed

@@ -17,6 +17,9 @@ from prometheus_client import CollectorRegistry, make_wsgi_app, start_http_serve
 WSGIApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
 
 DEFAULT_ADDR = "127.0.0.1:9464"
+#: The WSGI environ key of the undecoded request target (path and query), where the server
+#: gives it (this module's, and gunicorn's).
+RAW_URI = "RAW_URI"
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -89,6 +92,13 @@ def serve(
         class Quiet(WSGIRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 return
+
+            def get_environ(self) -> dict[str, Any]:
+                # The request target as sent, as gunicorn names it: PATH_INFO is decoded
+                # (Latin-1, by PEP 3333), and a "%2F" in a path segment is then a "/".
+                environ: dict[str, Any] = super().get_environ()
+                environ[RAW_URI] = self.path
+                return environ
 
         server = make_server(host, port, app, server_class=Server, handler_class=Quiet)
     except OSError as exc:

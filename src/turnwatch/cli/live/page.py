@@ -38,6 +38,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from turnwatch.cli.live.actions import CanStop, Recover
+from turnwatch.exporters.http import RAW_URI
 from turnwatch.runtime.model import TurnwatchError, parse_traceparent
 from turnwatch.tracing import view
 from turnwatch.tracing.ages import ago
@@ -142,9 +143,9 @@ class LivePage:
                 return self._asset(path.removeprefix("/web/"), start)
             if path == "/api/sessions" and method == "GET":
                 return _json(start, "200 OK", self._sessions())
-            parts = path.removeprefix("/api/sessions/").split("/")
-            if path.startswith("/api/sessions/") and len(parts) == 2:
-                session = unquote(parts[0])
+            parts = _segments(environ, path, "/api/sessions/")
+            if parts is not None and len(parts) == 2:
+                session = parts[0]
                 if parts[1] == "timeline" and method == "GET":
                     return self._timeline(session, start)
                 if parts[1] == "stop" and method == "POST":
@@ -287,6 +288,25 @@ class LivePage:
             ],
         )
         return [data]
+
+
+def _segments(environ: dict[str, Any], path: str, prefix: str) -> list[str] | None:
+    """The segments of the path under ``prefix``, each decoded once, as UTF-8; None if the path
+    is not under it.
+
+    From the request target as sent where the server gives it: in ``PATH_INFO`` an id's "%2F"
+    is already a "/", and its "%25" a "%" that a second decoding would take for an escape.
+    Elsewhere, ``PATH_INFO``'s Latin-1 text read back as the UTF-8 it was."""
+    raw = environ.get(RAW_URI)
+    if isinstance(raw, str) and raw.startswith(prefix):
+        return [unquote(p) for p in raw.partition("?")[0][len(prefix) :].split("/")]
+    if not path.startswith(prefix):
+        return None
+    try:
+        rest = path[len(prefix) :].encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        rest = path[len(prefix) :]
+    return rest.split("/")
 
 
 def _json(start: StartResponse, status: str, body: Any) -> list[bytes]:
