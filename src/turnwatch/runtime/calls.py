@@ -25,7 +25,13 @@ from turnwatch import names
 from turnwatch.runtime.clock import REAL, Clock
 from turnwatch.runtime.events import NO_ATTRS, Event, EventSink, new_event
 from turnwatch.runtime.gate import Prompt
-from turnwatch.runtime.messages import OutputTail, progress_attrs, started_attrs
+from turnwatch.runtime.messages import (
+    PROGRESS_EVERY_S,
+    OutputTail,
+    coalesced,
+    progress_attrs,
+    started_attrs,
+)
 from turnwatch.runtime.model import (
     POLICY_OF,
     Outcome,
@@ -41,6 +47,7 @@ from turnwatch.runtime.protocol import (
     HostMessage,
     HostResult,
     HostStatus,
+    Progress,
     Started,
 )
 
@@ -102,7 +109,9 @@ class Call:
         "holds_slot",
         "in_place",
         "local",
+        "next_progress",
         "output",
+        "pending_progress",
         "phase",
         "pid",
         "policy",
@@ -169,6 +178,12 @@ class Call:
         # Output seen so far (tail, capped): what a grace call returns if the host cannot answer.
         # Made with the first output: most calls report none before their result.
         self.output: OutputTail | None = None
+        # When (monotonic) the next tool.progress may be recorded: a heartbeat, not a copy of
+        # every read (``yes`` made 24,000 a second, filling the ledger's queue for everyone).
+        self.next_progress = 0.0
+        # What the host reported since, recorded as one tool.progress when the window ends
+        # (so the last word of a call that then goes quiet is not lost): while it waits.
+        self.pending_progress: Progress | None = None
         # Holds the admission slot until finish() gives it back.
         self.holds_slot = False
         # True once tools.abort went to the host: the policy handler ran and owns the call's end.
@@ -370,8 +385,27 @@ class Call:
             if self.output is None:
                 self.output = OutputTail()
             self.output.add(message.text)
-        if self.env.sink is not None:  # a chatty tool's heartbeat: no sink, no attributes
+        if self.env.sink is None:  # a chatty tool's heartbeat: no sink, no attributes
+            return
+        if self.pending_progress is not None:
+            self.pending_progress = coalesced(self.pending_progress, message)
+            return
+        now = time.monotonic()
+        if now >= self.next_progress:
+            self.next_progress = now + PROGRESS_EVERY_S
             self.emit(names.TOOL_PROGRESS, **progress_attrs(message))
+            return
+        self.pending_progress = coalesced(_NO_PROGRESS, message)
+        asyncio.get_running_loop().call_at(self.next_progress, self._flush_progress)
+
+    def _flush_progress(self) -> None:
+        """The window ended: what came in it, as one tool.progress (unless the call ended or
+        was abandoned meanwhile: its progress stops there, design §1)."""
+        pending, self.pending_progress = self.pending_progress, None
+        if pending is None or self.abandoned or self.phase.terminal:
+            return
+        self.next_progress = time.monotonic() + PROGRESS_EVERY_S
+        self.emit(names.TOOL_PROGRESS, **progress_attrs(pending))
 
     # --- resolution ---
 
@@ -548,6 +582,7 @@ def _outcome_of(res: HostResult, stopped: bool) -> Outcome:
     return Outcome.FAILED
 
 
+_NO_PROGRESS = Progress()
 #: Where a call may wait before it is admitted.
 _WAITING = frozenset({Phase.QUEUED, Phase.AWAITING_PERMISSION})
 

@@ -17,6 +17,9 @@ from turnwatch.runtime.protocol import Progress, Started
 OUTPUT_CAP = 256 * 1024
 #: How much of one progress chunk goes into its event.
 PROGRESS_TEXT_CAP = 256
+#: At most one ``tool.progress`` per call this often (seconds): the heartbeat, however often the
+#: host reports. What is between goes into the call's output, not into the ledger.
+PROGRESS_EVERY_S = 0.05
 
 
 class OutputTail:
@@ -59,6 +62,19 @@ def started_attrs(class_name: str, message: Started, traceparent: str | None) ->
     if traceparent:  # an agent framework's run: its execute_tool joins it
         attrs[names.K_TRACEPARENT] = traceparent
     return attrs
+
+
+def coalesced(first: Progress, then: Progress) -> Progress:
+    """Two progress reports as one: their text in order, as much as an event keeps (so what
+    waits stays small however chatty the host), and the latest count and total."""
+    text = first.text
+    if len(text) < PROGRESS_TEXT_CAP and then.text:
+        text += then.text[: PROGRESS_TEXT_CAP - len(text)]
+    return Progress(
+        text=text,
+        progress=then.progress if then.progress is not None else first.progress,
+        total=then.total if then.total is not None else first.total,
+    )
 
 
 def progress_attrs(message: Progress) -> dict[str, Any]:

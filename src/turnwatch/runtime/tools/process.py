@@ -31,6 +31,7 @@ from turnwatch.runtime.tools import proctree
 from turnwatch.runtime.tools.containment import Containers
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.runtime.tools.files import ToolArgumentError
+from turnwatch.runtime.tools.output import Output
 
 #: After the process ended, how long readers may drain pipes a grandchild may still hold.
 DRAIN_CAP_S = 0.25
@@ -55,11 +56,12 @@ def _fallback() -> Containers:
 
 
 class _Pipes:
-    """Non-blocking readers for stdout and stderr, feeding one output in arrival order."""
+    """Non-blocking readers for stdout and stderr, feeding one output in arrival order (each
+    stream decoded on its own, the whole bounded: :mod:`~turnwatch.runtime.tools.output`)."""
 
     def __init__(self, ctx: ToolContext, proc: subprocess.Popen[bytes]) -> None:
         self.ctx = ctx
-        self.chunks: list[str] = []
+        self.output = Output()
         self.open = 0
         self.eof = asyncio.Event()
         for stream in (proc.stdout, proc.stderr):
@@ -79,13 +81,13 @@ class _Pipes:
             data = b""
         if not data:
             self.ctx.loop.remove_reader(fd)
+            self.output.feed(fd, b"", final=True)  # a character the stream left cut short
             self.open -= 1
             if self.open == 0:
                 self.eof.set()
             return
-        text = data.decode("utf-8", "replace")
-        self.chunks.append(text)
-        if not self.ctx.cancelled.is_set():
+        text = self.output.feed(fd, data)
+        if text and not self.ctx.cancelled.is_set():
             self.ctx.notify(Progress(text=text))
 
     async def drain(self, cap: float) -> bool:
@@ -103,7 +105,7 @@ class _Pipes:
 
     @property
     def text(self) -> str:
-        return "".join(self.chunks)
+        return self.output.text
 
 
 async def run_process(
