@@ -6,6 +6,7 @@ Real Bash calls through the runtime (the pipes cut where the kernel cuts them), 
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from hypothesis import given
@@ -82,7 +83,7 @@ async def test_the_last_word_before_a_call_goes_quiet_is_recorded() -> None:
 
 def _cuts(data: bytes, points: list[int]) -> list[bytes]:
     edges = sorted({0, len(data), *(p % (len(data) + 1) for p in points)})
-    return [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
 @given(
@@ -117,6 +118,6 @@ def test_two_streams_each_decoded_on_its_own() -> None:
 
 def test_a_stream_that_ends_inside_a_character_says_so_once() -> None:
     out = Output()
-    out.feed(1, "ok ".encode() + "☃".encode()[:2])
+    out.feed(1, b"ok " + "☃".encode()[:2])
     out.feed(1, b"", final=True)
     assert out.text == "ok \ufffd"
