@@ -6,6 +6,7 @@ are never abandoned once started.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import os
 import re
 import stat
@@ -25,6 +26,10 @@ GREP_CHUNK = 4 * 1024 * 1024
 #: A heartbeat at most this often while a worker has nothing else to say.
 HEARTBEAT_S = 0.5
 WRITE_CHUNK = 1024 * 1024
+#: Read's ``limit`` when none is given, and the most it may be (bytes): a Read is raced and
+#: discarded at a stop, and its worker runs on, so what it may hold is bounded up front.
+READ_LIMIT = 1024 * 1024
+READ_LIMIT_MAX = 64 * 1024 * 1024
 
 
 class ToolArgumentError(TurnwatchError, ValueError):
@@ -39,6 +44,21 @@ def _arg(args: Any, name: str, kind: type, default: Any = ...) -> Any:
     value = args[name]
     if not isinstance(value, kind):
         raise ToolArgumentError(f"argument {name!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _count(args: Any, name: str, default: int, most: int | None = None) -> int:
+    """A count argument: an int from 1 (to ``most``)."""
+    value = args.get(name, default)
+    # A bool is an int to Python, not to the agent that wrote ``true``.
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < 1
+        or (most is not None and value > most)
+    ):
+        upto = f" to {most:,}" if most is not None else ""
+        raise ToolArgumentError(f"argument {name!r} must be an int from 1{upto}, got {value!r}")
     return value
 
 
@@ -76,15 +96,22 @@ def _started(ctx: ToolContext) -> None:
 async def read(ctx: ToolContext) -> HostResult:
     """Read a file (any readable path, a FIFO included) as text."""
     path = Path(_arg(ctx.args, "path", str))
-    limit = _arg(ctx.args, "limit", int, 1024 * 1024)
+    limit = _count(ctx.args, "limit", READ_LIMIT, READ_LIMIT_MAX)
     _started(ctx)
 
     def work() -> HostResult:
         if refused := _held(path):
             return refused
         with path.open("rb") as fh:  # read-only, always
-            data = fh.read(limit)
-        return HostResult(HostStatus.OK, data.decode("utf-8", "replace"))
+            data = fh.read(limit + 1)  # one byte more: whether the file goes on
+        truncated = len(data) > limit
+        # Cut by the limit, a character's first bytes are left out, not shown as U+FFFD.
+        text = codecs.getincrementaldecoder("utf-8")("replace").decode(
+            data[:limit], final=not truncated
+        )
+        if truncated:
+            text += f"\n[… the file goes on past the {limit:,} bytes read (limit) …]\n"
+        return HostResult(HostStatus.OK, text, data={"truncated": truncated, "bytes": limit})
 
     return await _race(ctx, run_in_worker(ctx, work, f"Read {ctx.request.call_id}"))
 
@@ -115,7 +142,7 @@ async def grep(ctx: ToolContext) -> HostResult:
     pattern = _arg(ctx.args, "pattern", str)
     root = _arg(ctx.args, "path", str, ".")
     flags = re.IGNORECASE if _arg(ctx.args, "ignore_case", bool, False) else 0
-    max_matches = _arg(ctx.args, "max_matches", int, 1000)
+    max_matches = _count(ctx.args, "max_matches", 1000)
     try:
         rx = re.compile(pattern.encode(), flags)
     except re.error as exc:
@@ -128,10 +155,11 @@ async def grep(ctx: ToolContext) -> HostResult:
         matches: list[str] = []
         scanned = 0
         last_beat = time.monotonic()
+        # One match more than asked for: whether there were more.
         for path in _regular_files(root, ctx.cancelled.is_set):
-            _grep_file(path, rx, matches, max_matches, ctx)
+            _grep_file(path, rx, matches, max_matches + 1, ctx)
             scanned += 1
-            if len(matches) >= max_matches or ctx.cancelled.is_set():
+            if len(matches) > max_matches or ctx.cancelled.is_set():
                 break
             now = time.monotonic()
             if now - last_beat >= HEARTBEAT_S:
@@ -141,8 +169,12 @@ async def grep(ctx: ToolContext) -> HostResult:
             # Raced away at the stop: nobody reads this result, so do not join up to
             # max_matches lines into one string for it.
             return HostResult(HostStatus.ABORTED, "", error="cancelled")
+        truncated = len(matches) > max_matches
+        del matches[max_matches:]
         return HostResult(
-            HostStatus.OK, "\n".join(matches), data={"files": scanned, "matches": len(matches)}
+            HostStatus.OK,
+            "\n".join(matches),
+            data={"files": scanned, "matches": len(matches), "truncated": truncated},
         )
 
     return await _race(ctx, run_in_worker(ctx, work, f"Grep {ctx.request.call_id}"))

@@ -1,0 +1,87 @@
+"""Read and Grep as an agent calls them: what they were asked for, bounded, and saying so.
+
+Real files and real devices: ``/dev/zero`` never ends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from turnwatch.runtime import LocalHost, MemorySink, Outcome, Runtime, ToolResult
+from turnwatch.runtime.tools.files import READ_LIMIT_MAX
+
+
+async def call(tool: str, args: dict[str, Any]) -> ToolResult:
+    runtime = Runtime(LocalHost(), sink=MemorySink())
+    turn = runtime.start_turn("s1")
+    return await turn.request(tool, args).result()
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [
+        pytest.param(-1, id="negative: read to the end, of /dev/zero for ever"),
+        pytest.param(0, id="zero"),
+        pytest.param(True, id="a bool"),
+        pytest.param(READ_LIMIT_MAX + 1, id="over the most a Read takes"),
+    ],
+)
+async def test_a_limit_out_of_range_is_refused_saying_the_range(limit: object) -> None:
+    """Before: ``limit=-1`` read ``/dev/zero`` until the runtime's memory ran out (in a worker
+    thread the stop cannot end: a Read is raced and discarded)."""
+    result = await call("Read", {"path": "/dev/zero", "limit": limit})
+
+    assert result.outcome is Outcome.FAILED, result
+    assert result.error is not None
+    assert "limit" in result.error
+    assert f"{READ_LIMIT_MAX:,}" in result.error
+
+
+async def test_a_read_cut_by_its_limit_says_so_and_cuts_no_character(tmp_path: Path) -> None:
+    """Before: the first ``limit`` bytes, decoded as they came (a character cut in two was a
+    U+FFFD the file does not hold), and nothing said the file went on."""
+    path = tmp_path / "cjk.txt"
+    path.write_text("日本語" * 1000)  # 9,000 bytes
+
+    cut = await call("Read", {"path": str(path), "limit": 1000})  # inside the 334th character
+    whole = await call("Read", {"path": str(path), "limit": 9000})
+
+    text, _, note = cut.output.partition("\n[")
+    assert text == ("日本語" * 1000)[:333]
+    assert "\ufffd" not in cut.output
+    assert "1,000 bytes" in note
+    assert cut.data is not None
+    assert cut.data["truncated"] is True
+    assert whole.output == "日本語" * 1000
+    assert whole.data is not None
+    assert whole.data["truncated"] is False
+
+
+@pytest.mark.parametrize("max_matches", [0, -5, True])
+async def test_grep_refuses_a_max_matches_that_is_not_a_count(
+    tmp_path: Path, max_matches: object
+) -> None:
+    (tmp_path / "a.txt").write_text("needle\n")
+    result = await call(
+        "Grep", {"pattern": "needle", "path": str(tmp_path), "max_matches": max_matches}
+    )
+
+    assert result.outcome is Outcome.FAILED, result
+    assert result.error is not None
+    assert "max_matches" in result.error
+
+
+async def test_grep_says_when_it_stopped_at_max_matches(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("needle\n" * 5)
+
+    some = await call("Grep", {"pattern": "needle", "path": str(tmp_path), "max_matches": 3})
+    every = await call("Grep", {"pattern": "needle", "path": str(tmp_path), "max_matches": 5})
+
+    assert some.output.count("needle") == 3
+    assert some.data is not None
+    assert some.data["truncated"] is True
+    assert every.data is not None
+    assert every.data["truncated"] is False
