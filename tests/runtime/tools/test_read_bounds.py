@@ -85,3 +85,20 @@ async def test_grep_says_when_it_stopped_at_max_matches(tmp_path: Path) -> None:
     assert some.data["truncated"] is True
     assert every.data is not None
     assert every.data["truncated"] is False
+
+
+async def test_glob_keeps_the_first_max_results_in_order_and_says_it_stopped(
+    tmp_path: Path,
+) -> None:
+    """Before: every path was kept, ``**`` of a large tree (or of ``/``) into one string, and
+    the worker a stop discards held all of it."""
+    for i in range(50):
+        (tmp_path / f"f{i:02}.txt").write_text("")
+
+    some = await call("Glob", {"pattern": "*.txt", "path": str(tmp_path), "max_results": 10})
+    every = await call("Glob", {"pattern": "*.txt", "path": str(tmp_path)})
+
+    assert some.output.splitlines() == [str(tmp_path / f"f{i:02}.txt") for i in range(10)]
+    assert some.data == {"count": 10, "truncated": True}
+    assert len(every.output.splitlines()) == 50
+    assert every.data == {"count": 50, "truncated": False}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import heapq
 import os
 import re
 import stat
@@ -117,18 +118,29 @@ async def read(ctx: ToolContext) -> HostResult:
 
 
 async def glob(ctx: ToolContext) -> HostResult:
-    """Paths under ``path`` matching ``pattern`` (``**`` recurses), sorted."""
+    """Paths under ``path`` matching ``pattern`` (``**`` recurses), sorted: the first
+    ``max_results`` (default 1000) of them, and ``data["truncated"]`` if there were more."""
     root = Path(_arg(ctx.args, "path", str, "."))
     pattern = _arg(ctx.args, "pattern", str)
+    most = _count(ctx.args, "max_results", 1000)
     _started(ctx)
 
-    def work() -> HostResult:
-        found: list[str] = []
+    def matches() -> Iterator[str]:
         for p in root.glob(pattern):
             if ctx.cancelled.is_set():
-                return HostResult(HostStatus.ABORTED, "", error="cancelled")  # nobody reads it
-            found.append(str(p))
-        return HostResult(HostStatus.OK, "\n".join(sorted(found)), data={"count": len(found)})
+                return
+            yield str(p)
+
+    def work() -> HostResult:
+        # The first most + 1 in order, however many match: memory bounded by the count asked.
+        found = heapq.nsmallest(most + 1, matches())
+        if ctx.cancelled.is_set():
+            return HostResult(HostStatus.ABORTED, "", error="cancelled")  # nobody reads it
+        truncated = len(found) > most
+        del found[most:]
+        return HostResult(
+            HostStatus.OK, "\n".join(found), data={"count": len(found), "truncated": truncated}
+        )
 
     return await _race(ctx, run_in_worker(ctx, work, f"Glob {ctx.request.call_id}"))
 
