@@ -136,3 +136,11 @@ async def test_watch_goes_on_past_a_control_socket_that_answers_garbage(
     conn.close()
     assert said["a"]["result"] == "failed"
     assert said["b"]["result"] == "ok"
+
+
+def test_a_reply_without_end_is_cut_off_at_its_bound(answering: Make) -> None:
+    """A peer that streams and never ends its line is read to the bound, not into memory
+    until the timeout (before: all of it, then a timeout)."""
+    peer = answering(b"x" * (control_client.MAX_REPLY_BYTES + 65536))
+    with pytest.raises(control_client.ControlError, match="no line within"):
+        control_client.abort(str(peer.path), "s1", timeout=30)
