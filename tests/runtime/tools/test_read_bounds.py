@@ -102,3 +102,29 @@ async def test_glob_keeps_the_first_max_results_in_order_and_says_it_stopped(
     assert some.data == {"count": 10, "truncated": True}
     assert len(every.output.splitlines()) == 50
     assert every.data == {"count": 50, "truncated": False}
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        pytest.param({"size": "abc"}, "'size'", id="size-text"),
+        pytest.param({"size": -5}, "'size'", id="size-negative"),
+        pytest.param({"size": True}, "'size'", id="size-bool"),
+        pytest.param({"size": 100_000}, "'size'", id="size-10-gigapixels"),
+        pytest.param({"steps": -1}, "'steps'", id="steps-negative"),
+        pytest.param({"prompt": 5}, "'prompt'", id="prompt-a-number"),
+    ],
+)
+async def test_generate_images_refuses_what_it_cannot_render(
+    tmp_path: Path, args: dict[str, Any], named: str
+) -> None:
+    """Before: a ``size`` of text failed with Python's own words (and a traceback in the
+    log), a negative one as "exit code 1", ``true`` rendered one pixel, 100,000 started a ten
+    gigapixel render; a negative ``steps`` and a numeric prompt were taken."""
+    out = tmp_path / "x.png"
+    result = await call("GenerateImages", {"out": str(out), **args})
+
+    assert result.outcome is Outcome.FAILED, result
+    assert result.error is not None
+    assert named in result.error
+    assert not out.exists()

@@ -48,8 +48,9 @@ def _arg(args: Any, name: str, kind: type, default: Any = ...) -> Any:
     return value
 
 
-def _count(args: Any, name: str, default: int, most: int | None = None) -> int:
-    """A count argument: an int from 1 (to ``most``)."""
+def count_arg(args: Any, name: str, default: int, most: int | None = None) -> int:
+    """A count argument: an int from 1 (to ``most``), else a :class:`ToolArgumentError`
+    that says the range."""
     value = args.get(name, default)
     # A bool is an int to Python, not to the agent that wrote ``true``.
     if (
@@ -97,7 +98,7 @@ def _started(ctx: ToolContext) -> None:
 async def read(ctx: ToolContext) -> HostResult:
     """Read a file (any readable path, a FIFO included) as text."""
     path = Path(_arg(ctx.args, "path", str))
-    limit = _count(ctx.args, "limit", READ_LIMIT, READ_LIMIT_MAX)
+    limit = count_arg(ctx.args, "limit", READ_LIMIT, READ_LIMIT_MAX)
     _started(ctx)
 
     def work() -> HostResult:
@@ -122,7 +123,7 @@ async def glob(ctx: ToolContext) -> HostResult:
     ``max_results`` (default 1000) of them, and ``data["truncated"]`` if there were more."""
     root = Path(_arg(ctx.args, "path", str, "."))
     pattern = _arg(ctx.args, "pattern", str)
-    most = _count(ctx.args, "max_results", 1000)
+    most = count_arg(ctx.args, "max_results", 1000)
     _started(ctx)
 
     def matches() -> Iterator[str]:
@@ -154,7 +155,7 @@ async def grep(ctx: ToolContext) -> HostResult:
     pattern = _arg(ctx.args, "pattern", str)
     root = _arg(ctx.args, "path", str, ".")
     flags = re.IGNORECASE if _arg(ctx.args, "ignore_case", bool, False) else 0
-    max_matches = _count(ctx.args, "max_matches", 1000)
+    max_matches = count_arg(ctx.args, "max_matches", 1000)
     try:
         rx = re.compile(pattern.encode(), flags)
     except re.error as exc:

@@ -30,7 +30,7 @@ from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
 from turnwatch.runtime.tools import proctree
 from turnwatch.runtime.tools.containment import Containers
 from turnwatch.runtime.tools.context import ToolContext
-from turnwatch.runtime.tools.files import ToolArgumentError
+from turnwatch.runtime.tools.files import ToolArgumentError, count_arg
 from turnwatch.runtime.tools.output import Output
 
 #: After the process ended, how long readers may drain pipes a grandchild may still hold.
@@ -39,6 +39,10 @@ DRAIN_CAP_S = 0.25
 #: (SIGKILL, the group gone, the pipes drained: on a loaded two-core machine, 0.25 s was not
 #: always enough).
 ANSWER_MARGIN_S = 0.35
+#: GenerateImages' largest ``size`` (pixels a side) and ``steps``: the renderer holds the whole
+#: image in memory (100,000 a side was ten gigapixels).
+IMAGE_SIZE_MAX = 4096
+IMAGE_STEPS_MAX = 100_000
 
 
 def kill_after(grace_s: float, left_s: float | None = None) -> float:
@@ -275,9 +279,11 @@ async def generate_images(ctx: ToolContext) -> HostResult:
     out = ctx.args.get("out")
     if not isinstance(out, str):
         raise ToolArgumentError(f"argument 'out' must be str (a .png path), got {out!r}")
-    size = int(ctx.args.get("size", 64))
-    steps = int(ctx.args.get("steps", 1))
-    prompt = str(ctx.args.get("prompt", ""))
+    size = count_arg(ctx.args, "size", 64, IMAGE_SIZE_MAX)
+    steps = count_arg(ctx.args, "steps", 1, IMAGE_STEPS_MAX)
+    prompt = ctx.args.get("prompt", "")
+    if not isinstance(prompt, str):
+        raise ToolArgumentError(f"argument 'prompt' must be str, got {prompt!r}")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     argv = [
         sys.executable,
