@@ -128,3 +128,30 @@ async def test_generate_images_refuses_what_it_cannot_render(
     assert result.error is not None
     assert named in result.error
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "named"),
+    [
+        pytest.param("Read", {"path": "/etc\x00x"}, "'path'", id="read"),
+        pytest.param("Glob", {"pattern": "*", "path": "/e\x00"}, "'path'", id="glob"),
+        pytest.param("Grep", {"pattern": "x", "path": "/e\x00"}, "'path'", id="grep"),
+        pytest.param("Write", {"path": "/tmp/a\x00b", "content": "x"}, "'path'", id="write"),
+        pytest.param("Edit", {"path": "/tmp/a\x00b", "old": "x", "new": "y"}, "'path'", id="edit"),
+        pytest.param("Bash", {"command": "echo a\x00b"}, "'command'", id="bash-command"),
+        pytest.param("Bash", {"command": "pwd", "cwd": "/tmp\x00"}, "'cwd'", id="bash-cwd-nul"),
+        pytest.param("Bash", {"command": "pwd", "cwd": 5}, "'cwd'", id="bash-cwd-a-number"),
+        pytest.param("GenerateImages", {"out": "/tmp/a\x00.png"}, "'out'", id="image-out"),
+    ],
+)
+async def test_a_name_no_file_or_process_can_have_is_refused_naming_the_argument(
+    tool: str, args: dict[str, Any], named: str
+) -> None:
+    """Before: Python's "embedded null byte" with a traceback in the log; Glob said it found
+    nothing; a Bash ``cwd`` that was not a string was passed over, and the command ran in the
+    runtime's own directory."""
+    result = await call(tool, args)
+
+    assert result.outcome is Outcome.FAILED, result
+    assert result.error is not None
+    assert named in result.error

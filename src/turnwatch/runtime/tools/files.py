@@ -48,6 +48,17 @@ def _arg(args: Any, name: str, kind: type, default: Any = ...) -> Any:
     return value
 
 
+def name_arg(args: Any, name: str, default: str | None = None) -> str:
+    """A path or a command: a string with no NUL byte (no file or argv can hold one), else a
+    :class:`ToolArgumentError` naming it."""
+    value: str = _arg(args, name, str, ... if default is None else default)
+    if "\0" in value:
+        raise ToolArgumentError(
+            f"argument {name!r} holds a NUL byte, which no path or command can: {value!r}"
+        )
+    return value
+
+
 def count_arg(args: Any, name: str, default: int, most: int | None = None) -> int:
     """A count argument: an int from 1 (to ``most``), else a :class:`ToolArgumentError`
     that says the range."""
@@ -97,7 +108,7 @@ def _started(ctx: ToolContext) -> None:
 
 async def read(ctx: ToolContext) -> HostResult:
     """Read a file (any readable path, a FIFO included) as text."""
-    path = Path(_arg(ctx.args, "path", str))
+    path = Path(name_arg(ctx.args, "path"))
     limit = count_arg(ctx.args, "limit", READ_LIMIT, READ_LIMIT_MAX)
     _started(ctx)
 
@@ -121,8 +132,8 @@ async def read(ctx: ToolContext) -> HostResult:
 async def glob(ctx: ToolContext) -> HostResult:
     """Paths under ``path`` matching ``pattern`` (``**`` recurses), sorted: the first
     ``max_results`` (default 1000) of them, and ``data["truncated"]`` if there were more."""
-    root = Path(_arg(ctx.args, "path", str, "."))
-    pattern = _arg(ctx.args, "pattern", str)
+    root = Path(name_arg(ctx.args, "path", "."))
+    pattern = name_arg(ctx.args, "pattern")
     most = count_arg(ctx.args, "max_results", 1000)
     _started(ctx)
 
@@ -153,7 +164,7 @@ async def grep(ctx: ToolContext) -> HostResult:
     stream as progress; a heartbeat reports the files scanned.
     """
     pattern = _arg(ctx.args, "pattern", str)
-    root = _arg(ctx.args, "path", str, ".")
+    root = name_arg(ctx.args, "path", ".")
     flags = re.IGNORECASE if _arg(ctx.args, "ignore_case", bool, False) else 0
     max_matches = count_arg(ctx.args, "max_matches", 1000)
     try:
@@ -306,7 +317,7 @@ def _chunk_progress(ctx: ToolContext) -> Callable[[int, int], None]:
 
 async def write(ctx: ToolContext) -> HostResult:
     """Replace ``path`` with ``content`` atomically."""
-    path = Path(_arg(ctx.args, "path", str))
+    path = Path(name_arg(ctx.args, "path"))
     data = _arg(ctx.args, "content", str).encode()
 
     def work() -> HostResult:
@@ -320,7 +331,7 @@ async def write(ctx: ToolContext) -> HostResult:
 
 async def edit(ctx: ToolContext) -> HostResult:
     """Replace ``old`` by ``new`` in ``path`` (exactly once unless ``replace_all``), atomically."""
-    path = Path(_arg(ctx.args, "path", str))
+    path = Path(name_arg(ctx.args, "path"))
     old = _arg(ctx.args, "old", str)
     new = _arg(ctx.args, "new", str)
     replace_all = _arg(ctx.args, "replace_all", bool, False)

@@ -30,7 +30,7 @@ from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
 from turnwatch.runtime.tools import proctree
 from turnwatch.runtime.tools.containment import Containers
 from turnwatch.runtime.tools.context import ToolContext
-from turnwatch.runtime.tools.files import ToolArgumentError, count_arg
+from turnwatch.runtime.tools.files import ToolArgumentError, count_arg, name_arg
 from turnwatch.runtime.tools.output import Output
 
 #: After the process ended, how long readers may drain pipes a grandchild may still hold.
@@ -265,20 +265,15 @@ async def _terminate(
 
 async def bash(ctx: ToolContext) -> HostResult:
     """``bash -c command``, stdout and stderr captured; ``cwd`` optional."""
-    command = ctx.args.get("command")
-    if not isinstance(command, str):
-        raise ToolArgumentError(f"argument 'command' must be str, got {command!r}")
-    cwd = ctx.args.get("cwd")
-    return await run_process(
-        ctx, ["bash", "-c", command], cwd=cwd if isinstance(cwd, str) else None
-    )
+    command = name_arg(ctx.args, "command")
+    # A cwd given is used or refused, never passed over: the command would run elsewhere.
+    cwd = name_arg(ctx.args, "cwd") if ctx.args.get("cwd") is not None else None
+    return await run_process(ctx, ["bash", "-c", command], cwd=cwd)
 
 
 async def generate_images(ctx: ToolContext) -> HostResult:
     """Render a real PNG in a subprocess: ``prompt``, ``out`` (path), ``size``, ``steps``."""
-    out = ctx.args.get("out")
-    if not isinstance(out, str):
-        raise ToolArgumentError(f"argument 'out' must be str (a .png path), got {out!r}")
+    out = name_arg(ctx.args, "out")
     size = count_arg(ctx.args, "size", 64, IMAGE_SIZE_MAX)
     steps = count_arg(ctx.args, "steps", 1, IMAGE_STEPS_MAX)
     prompt = ctx.args.get("prompt", "")
