@@ -1,6 +1,8 @@
-"""Read and Grep as an agent calls them: what they were asked for, bounded, and saying so.
+"""The built-in tools' arguments as an agent writes them: each checked before anything is
+opened or started, refused naming the argument and its range, and what a tool returns bounded
+and saying when it was cut (Read's limit, Grep's and Glob's counts).
 
-Real files and real devices: ``/dev/zero`` never ends.
+Real files, real processes and real devices: ``/dev/zero`` never ends.
 """
 
 from __future__ import annotations
