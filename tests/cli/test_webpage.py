@@ -181,3 +181,19 @@ def test_every_listed_session_is_found_by_its_own_id(tmp_path: Path) -> None:
     finally:
         http.stop(server)
     assert stopped == listed
+
+
+def test_under_another_wsgi_server_a_non_ascii_id_is_found_too(tmp_path: Path) -> None:
+    """A server that gives no ``RAW_URI`` (an embedder mounting ``LivePage.routes()``) passes
+    ``PATH_INFO`` as PEP 3333 says: the path's bytes, decoded as Latin-1. The page reads them
+    back as the UTF-8 they were (before: "unknown session 'cafÃ©'")."""
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    ledger.append(Event(names.TURN_STARTED, "café", time.time() - 10, turn="café.t1"))
+    ledger.close()
+    app = LivePage(path, lambda _s, _t: "accepted")
+
+    status, timeline = call(app, "GET", "/api/sessions/café/timeline".encode().decode("latin-1"))
+
+    assert status == 200, timeline
+    assert timeline["session"] == "café"
