@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turnwatch.runtime import AbortRegistry, StopSource
+from turnwatch.runtime import AbortRegistry, LocalHost, Phase, Runtime, StopSource
 
 
 class FakeClock:
@@ -55,3 +55,24 @@ def test_forget_turn_drops_its_records() -> None:
     reg.forget_turn("s", "t1")
     assert reg.peek("s", "t1", "c1", "Grep") is None
     assert reg.peek("s", "t2", "c2", "Grep") is not None
+
+
+async def test_a_typed_abort_for_a_settled_turn_leaves_nothing_behind() -> None:
+    """A typed abort naming a call its turn never requested, arriving after the turn settled,
+    was kept until taken, and nothing could take it: one record for the runtime's life per
+    late abort (and every later settle scanned them all)."""
+    rt = Runtime(LocalHost(subreaper=False))
+    for i in range(50):
+        turn = rt.start_turn("s")
+        await turn.finish()
+        rt.abort_call("s", turn.id, f"late{i}", "Write")
+        rt.abort_call("s", turn.id, f"late{i}", "Bash")  # Bash's expiring kind too
+    assert len(rt.registry) == 0
+    # Before its turn settles, the same abort waits for its call, which never starts.
+    turn = rt.start_turn("s")
+    rt.abort_call("s", turn.id, "early", "Write")
+    rt.abort_call("s", turn.id, "early", "Bash")
+    assert len(rt.registry) == 2
+    assert turn.request("Write", {}, call_id="early").state is Phase.ABORTED
+    await turn.finish()
+    assert len(rt.registry) == 0  # the turn settled: what it never requested is dropped too

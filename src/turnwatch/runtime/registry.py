@@ -94,9 +94,10 @@ class AbortRegistry:
         return len(expired)
 
     def forget_turn(self, session: str, turn: str) -> None:
-        """Drop the typed records of a turn that settled (tombstones expire on their own)."""
-        for key in [k for k, r in self._records.items() if r.session == session and r.turn == turn]:
-            del self._records[key]
+        """Drop what was kept for the calls of a turn that settled: they never come now."""
+        for table in (self._records, self._tombstones):
+            for key in [k for k, r in table.items() if r.session == session and r.turn == turn]:
+                del table[key]
 
     def __len__(self) -> int:
         return len(self._records) + len(self._tombstones)

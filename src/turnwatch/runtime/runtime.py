@@ -246,7 +246,9 @@ class Runtime:
         call = turn.calls.get(call_id)
         if call is not None and call.tool == tool:
             self.rules.handle(call, src)
-        elif call is None:
+        elif call is None and not turn.settled.done():
+            # Kept for the call to come; a settled turn's calls never come, and its records
+            # were dropped at its settlement (nothing would take this one).
             self.registry.record(session_id, turn_id, call_id, tool, src)
 
     # --- the stop ---
