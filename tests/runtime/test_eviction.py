@@ -76,6 +76,8 @@ async def test_what_arrives_late_for_an_evicted_session_is_answered_as_the_adr_s
         turn.request("Grep", {}, call_id=cid)
     with pytest.raises(ValueError, match="already used"):
         rt.sessions["s"].start_turn("s.t1")
+    # A stop naming its turn from before: late, not unknown (it was UnknownTurnError).
+    assert await rt.abort("s", turn="s.t1") is Receipt.STALE
     await turn.finish()
     assert check_invariants(list(sink)) == []
 

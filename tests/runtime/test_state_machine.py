@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -23,9 +24,11 @@ from turnwatch.runtime import (
     HostResult,
     HostStatus,
     MemorySink,
+    Receipt,
     Runtime,
     Started,
     ToolClass,
+    Turn,
 )
 from turnwatch.runtime.protocol import MessageCallback, Reaped, TurnAbortRequest
 from turnwatch.testing import InvariantChecker
@@ -75,6 +78,8 @@ class StopMachine(RuleBasedStateMachine):
     #: The runtime's retention (the evicting machine below settles for nothing).
     retain_settled_s = 600.0
     max_settled = 10_000
+    #: Settled turns a session keeps whole (the folding machine below keeps none).
+    max_settled_turns = 100
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,11 +102,13 @@ class StopMachine(RuleBasedStateMachine):
                 ask_permission=lambda tool, _c: tool in self.asks,
                 retain_settled_s=self.retain_settled_s,
                 max_settled=self.max_settled,
+                max_settled_turns=self.max_settled_turns,
             )
 
         self.rt = self.loop.run_until_complete(make())
         self.sessions = ["a", "b"]
         self.handles: list[Any] = []
+        self.turn_of: dict[tuple[str, str], Turn] = {}
         self.tasks: list[asyncio.Future[Any]] = []
 
     def teardown(self) -> None:
@@ -148,7 +155,9 @@ class StopMachine(RuleBasedStateMachine):
         if turn is None:
             return
         (self.asks.add if ask else self.asks.discard)(tool)
-        self.handles.append(self.do(turn.request, tool, {}))
+        handle = self.do(turn.request, tool, {})
+        self.handles.append(handle)
+        self.turn_of[(s, handle.call_id)] = turn
         self.spin()
 
     @precondition(lambda self: self.handles)
@@ -179,6 +188,32 @@ class StopMachine(RuleBasedStateMachine):
         h = data.draw(st.sampled_from(self.handles))
         if self.rt.evicted(h.session):
             assert self.do(self.rt.answer_permission, h.session, h.call_id, approve) is Answer.LATE
+
+    @precondition(lambda self: self.handles)
+    @rule(data=st.data(), approve=st.booleans())
+    def answer_folded(self, data: st.DataObject, approve: bool) -> None:
+        """An answer for a call of a turn folded since is answered as it was while kept."""
+        h = data.draw(st.sampled_from(self.handles))
+        sess = self.rt.sessions.get(h.session)
+        if sess is None or self.turn_of[(h.session, h.call_id)].id in sess.turns:
+            return
+        if self.sink.of(names.PERMISSION_REQUESTED, session=h.session, call=h.call_id):
+            assert self.do(self.rt.answer_permission, h.session, h.call_id, approve) is Answer.LATE
+        else:
+            with pytest.raises(LookupError):
+                self.do(self.rt.answer_permission, h.session, h.call_id, approve)
+
+    @precondition(lambda self: self.turn_of)
+    @rule(data=st.data())
+    def stop_folded(self, data: st.DataObject) -> None:
+        """A stop naming a turn folded since: as while it was kept, already settled if a stop
+        reached it, else stale."""
+        turn = data.draw(st.sampled_from(sorted(self.turn_of.values(), key=lambda t: t.id)))
+        sess = self.rt.sessions.get(turn.session.id)
+        if sess is None or turn.id in sess.turns:
+            return
+        receipt = self.loop.run_until_complete(self.rt.abort(sess.id, turn=turn.id))
+        assert receipt is (Receipt.ALREADY_SETTLED if turn.stopping else Receipt.STALE)
 
     @rule(s=st.sampled_from(["a", "b"]))
     def finish_turn(self, s: str) -> None:
@@ -247,3 +282,14 @@ class EvictingStopMachine(StopMachine):
 
 EvictingStopMachine.TestCase.settings = StopMachine.TestCase.settings
 TestEvictingStopMachine = EvictingStopMachine.TestCase
+
+
+class FoldingStopMachine(StopMachine):
+    """The same interleavings with every settled turn folded as the next one starts: late stops,
+    late answers and reused ids meet a session's hashes, not its turns."""
+
+    max_settled_turns = 0
+
+
+FoldingStopMachine.TestCase.settings = StopMachine.TestCase.settings
+TestFoldingStopMachine = FoldingStopMachine.TestCase

@@ -30,7 +30,14 @@ from turnwatch.runtime.model import (
 from turnwatch.runtime.modes import ADR, RULES
 from turnwatch.runtime.protocol import Host, TurnAbortRequest
 from turnwatch.runtime.registry import AbortRegistry
-from turnwatch.runtime.retention import MAX_SETTLED, RETAIN_SETTLED_S, Retention, tombstone
+from turnwatch.runtime.retention import (
+    MAX_SETTLED,
+    MAX_SETTLED_TURNS,
+    PROMPTED,
+    RETAIN_SETTLED_S,
+    STOPPED,
+    Retention,
+)
 from turnwatch.runtime.session import AskPermission, Session, SessionEnv, Turn, closest
 
 DEFAULT_MAX_RUNNING = 8
@@ -60,9 +67,12 @@ class Runtime:
         clock: Clock = REAL,
         retain_settled_s: float = RETAIN_SETTLED_S,
         max_settled: int = MAX_SETTLED,
+        max_settled_turns: int = MAX_SETTLED_TURNS,
     ) -> None:
         if grace_s <= 0:
             raise ValueError(f"grace window must be positive, got {grace_s}")
+        if max_settled_turns < 0:
+            raise ValueError(f"max_settled_turns must not be negative, got {max_settled_turns}")
         # The mode's stop, chosen once: the stop path never asks which mode it is in.
         self.rules = RULES[Mode(mode)]
         # What sessions, turns and calls get of the runtime: never the runtime itself. The
@@ -75,6 +85,7 @@ class Runtime:
             max_running,
             self.rules.runs_in_place,
             self._on_idle,
+            max_settled_turns,
         )
         # Settled sessions are kept a while, then evicted to tombstones (runtime.retention).
         self.retention = Retention(retain_s=retain_settled_s, max_settled=max_settled)
@@ -158,11 +169,7 @@ class Runtime:
             if sess is None or not sess.settled:
                 continue  # active again, or something of it still runs: kept
             del self.sessions[sid]
-            last = sess.last
-            self.retention.bury(
-                sid,
-                tombstone(sess.turns, sess.used_call_ids, last.id if last else None, sess.past),
-            )
+            self.retention.bury(sid, sess.tombstone())
 
     def session(self, session_id: str) -> Session:
         """The session, or an error naming the sessions that exist."""
@@ -205,6 +212,11 @@ class Runtime:
             )
             return Answer.LATE
         sess = self.session(session_id)
+        if sess.folded(PROMPTED, call_id):  # its turn is long over: the prompt with it
+            self.emit(
+                names.PERMISSION_LATE, session_id, call=call_id, attrs={names.K_APPROVED: approved}
+            )
+            return Answer.LATE
         call = next((t.calls[call_id] for t in sess.turns.values() if call_id in t.calls), None)
         if call is None or call.prompt is None:
             raise LookupError(
@@ -238,6 +250,8 @@ class Runtime:
             return  # its turns settled long ago: nothing of them can start
         sess = self.session(session_id)
         turn = sess.turns.get(turn_id)
+        if turn is None and sess.used_turn_id(turn_id):
+            return  # a folded turn: long over, nothing of it can start
         if turn is None:
             raise UnknownTurnError(
                 f"unknown turn {turn_id!r} in session {session_id!r}; turns: "
@@ -272,7 +286,7 @@ class Runtime:
         if self.evicted(session_id):
             return Receipt.STALE  # settled, and evicted since: no live turn to stop
         sess = self.session(session_id)
-        if turn is not None and turn not in sess.turns:
+        if turn is not None and not sess.used_turn_id(turn):
             raise UnknownTurnError(
                 f"unknown turn {turn!r} in session {session_id!r}; turns: "
                 f"{closest(turn, list(sess.turns))}"
@@ -328,6 +342,8 @@ class Runtime:
         """A stop with no live turn (or naming another): settled before it, or nothing to stop."""
         session_id = sess.id
         named = sess.turns.get(turn) if turn else sess.last
+        if turn and named is None:  # a folded turn: settled, long ago
+            return Receipt.ALREADY_SETTLED if sess.folded(STOPPED, turn) else Receipt.STALE
         if named is None or not named.settled.done():
             return Receipt.STALE
         if sess.processing and named is sess.last:

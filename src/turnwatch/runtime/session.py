@@ -11,7 +11,8 @@ import asyncio
 import difflib
 import itertools
 import time
-from collections.abc import Callable, Coroutine, Mapping
+import warnings
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,16 @@ from turnwatch.runtime.model import (
 )
 from turnwatch.runtime.protocol import ExecuteRequest, HostResult
 from turnwatch.runtime.registry import AbortRegistry
-from turnwatch.runtime.retention import Tombstone
+from turnwatch.runtime.retention import (
+    CALL,
+    MAX_SETTLED_TURNS,
+    PROMPTED,
+    STOPPED,
+    TURN,
+    Tombstone,
+    UsedIds,
+    id_hash,
+)
 
 AskPermission = Callable[[str, ToolClass], bool]
 
@@ -66,6 +76,8 @@ class SessionEnv:
     runs_in_place: bool = True
     #: Told when a session's "processing" clears (the runtime's retention counts it settled).
     on_idle: Callable[[Session], None] | None = None
+    #: Settled turns a session keeps whole; older ones are folded (runtime.retention).
+    max_settled_turns: int = MAX_SETTLED_TURNS
 
 
 class Turn:
@@ -109,6 +121,18 @@ class Turn:
     def stopping(self) -> bool:
         """True once a stop reached the turn."""
         return self.stop_task is not None
+
+    @property
+    def over(self) -> bool:
+        """Settled, its stop returned, nothing it left running, and every call's execution
+        ended (a raced or abandoned call's host may still answer): nothing more can happen to
+        it but what arrives late, which its ids' hashes answer once it is folded."""
+        return (
+            self.settled.done()
+            and (self.stop_task is None or self.stop_task.done())
+            and (self.lingering is None or self.lingering.done())
+            and all(c.exec_task is None and c.in_place is None for c in self.calls.values())
+        )
 
     def adopt(self, child: Turn, stop: Callable[..., Coroutine[Any, Any, object]]) -> None:
         """``child`` is a nested run's turn, started by one of this turn's tools; ``stop``
@@ -222,7 +246,7 @@ class Turn:
         if run is not None and cls is ToolClass.PROCESS:
             raise ValueError(f"{tool!r}: a process call runs on the host, not in its requester")
         cid = call_id or self.next_call_id()
-        if cid in sess.used_call_ids or (sess.past is not None and sess.past.used_id("c", cid)):
+        if cid in sess.used_call_ids or sess.folded(CALL, cid):
             raise CallIdReusedError(f"call id {cid!r} was already used in session {sess.id!r}")
         sess.used_call_ids.add(cid)
         call = Call(env.call, self, sess.id, cid, tool, cls, dict(args or {}), run is not None)
@@ -343,6 +367,19 @@ class Turn:
         self.settled.set_result(outcome)
 
 
+def _hashes(turn: Turn) -> Iterator[int]:
+    """What is kept of a folded turn: the hashes of its id and its calls' (and whether a stop
+    reached it, and which calls were asked a permission: a late stop and a late answer are
+    answered from these as they were while it was kept)."""
+    yield id_hash(TURN, turn.id)
+    if turn.stop_task is not None:
+        yield id_hash(STOPPED, turn.id)
+    for cid, call in turn.calls.items():
+        yield id_hash(CALL, cid)
+        if call.prompt is not None:
+            yield id_hash(PROMPTED, cid)
+
+
 class Session:
     """A conversation: one live turn at a time; ``processing`` is the UI's spinner."""
 
@@ -354,10 +391,13 @@ class Session:
         self.live: Turn | None = None
         # True from turn start until processing.cleared.
         self.processing = False
+        # The call ids of the turns kept whole.
         self.used_call_ids: set[str] = set()
-        # What is left of this session's history before an eviction (its ids stay used).
-        self.past = past
-        self._turn_seq = itertools.count((past.turns if past is not None else 0) + 1)
+        # What is left of the turns no longer kept whole (folded here, or before an eviction):
+        # how many there were and the hashes of their ids, which stay used (None: none yet).
+        self.folded_turns = past.turns if past is not None else 0
+        self.history = UsedIds(past.used) if past is not None else None
+        self._turn_seq = itertools.count(self.folded_turns + 1)
 
     def emit(self, kind: str, turn: str | None, attrs: Mapping[str, Any] | None = None) -> None:
         sink = self.env.call.sink
@@ -367,8 +407,10 @@ class Session:
     def start_turn(self, turn_id: str | None = None, *, parent_session: str | None = None) -> Turn:
         """The next turn, live at once: the session is ``processing`` until it settles."""
         tid = turn_id or f"{self.id}.t{next(self._turn_seq)}"
-        if tid in self.turns or (self.past is not None and self.past.used_id("t", tid)):
+        if self.used_turn_id(tid):
             raise ValueError(f"turn id {tid!r} was already used in session {self.id!r}")
+        if len(self.turns) > 2 * self.env.max_settled_turns:
+            self._fold()
         turn = Turn(self, tid)
         self.turns[tid] = turn
         self.live = turn
@@ -378,6 +420,52 @@ class Session:
             attrs[names.K_PARENT_SESSION] = parent_session
         self.emit(names.TURN_STARTED, tid, attrs)
         return turn
+
+    @property
+    def past(self) -> Tombstone | None:
+        """Deprecated, kept through 0.2: :attr:`history` and :attr:`folded_turns` (the turns
+        folded here, or before an eviction)."""
+        warnings.warn(
+            "Session.past is deprecated: use Session.history and Session.folded_turns",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if self.history is None:
+            return None
+        return Tombstone(self.folded_turns, None, self.history.packed())
+
+    def used_turn_id(self, tid: str) -> bool:
+        """True if a turn of this session had this id (kept whole, or folded)."""
+        return tid in self.turns or self.folded(TURN, tid)
+
+    def folded(self, kind: str, ident: str) -> bool:
+        """True if a folded turn's ``ident`` is of ``kind`` (``runtime.retention``'s kinds)."""
+        return self.history is not None and id_hash(kind, ident) in self.history
+
+    def _fold(self) -> None:
+        """Fold the turns older than the last ``max_settled_turns`` into :attr:`history`: only
+        the hashes of their ids are kept (a turn not yet :attr:`~Turn.over` stays whole)."""
+        turns = list(self.turns.values())
+        folding = [t for t in turns[: len(turns) - self.env.max_settled_turns] if t.over]
+        for turn in folding:
+            del self.turns[turn.id]
+            self.used_call_ids.difference_update(turn.calls)
+        self.folded_turns += len(folding)
+        self._remember(h for turn in folding for h in _hashes(turn))
+
+    def _remember(self, hashes: Iterable[int]) -> UsedIds:
+        if self.history is None:
+            self.history = UsedIds()
+        self.history.add(hashes)
+        return self.history
+
+    def tombstone(self) -> Tombstone:
+        """What is kept of this session once it is evicted (no longer served): every id it
+        used, hashed, and how many turns it had."""
+        last = self.last
+        used = self._remember(h for turn in self.turns.values() for h in _hashes(turn))
+        turns = self.folded_turns + len(self.turns)
+        return Tombstone(turns, last.id if last else None, used.packed())
 
     @property
     def last(self) -> Turn | None:
