@@ -201,3 +201,10 @@ async def test_the_names_this_replaced_still_work_and_say_so() -> None:
     assert stone.turns == 3
     assert stone.used_id("c", "c9")
     assert stone.used_id("t", "s.t2")
+
+
+def test_turn_is_still_importable_from_its_old_home() -> None:
+    from turnwatch.runtime import session, turn
+
+    assert session.Turn is turn.Turn
+    assert session.SessionEnv is turn.SessionEnv

@@ -85,7 +85,7 @@ from turnwatch.integrations.wrappers import (
 )
 from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
-from turnwatch.runtime.session import Turn
+from turnwatch.runtime.turn import Turn
 
 __all__ = [
     "CLASS_KEY",

@@ -29,7 +29,7 @@ from turnwatch.integrations.wrappers import Dispatcher
 from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.model import ToolClass
 from turnwatch.runtime.runtime import Runtime
-from turnwatch.runtime.session import Turn
+from turnwatch.runtime.turn import Turn
 
 #: ``asked_calls``' mark of a paused tool's resumption (no interrupt id of its own to key by).
 RESUME = "resume"

@@ -12,7 +12,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.errors import GraphDrained
 
-from turnwatch.runtime.session import Turn
+from turnwatch.runtime.turn import Turn
 
 #: The mode ``StoppableGraph._run`` gives an ``astream_events`` event.
 EVENT = "event"

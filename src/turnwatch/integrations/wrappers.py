@@ -35,10 +35,10 @@ from turnwatch.runtime.model import (
 )
 from turnwatch.runtime.protocol import HostResult, HostStatus, Started
 from turnwatch.runtime.runtime import Runtime
-from turnwatch.runtime.session import Turn
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.runtime.tools.mcp import answers_the_cancel, send_call
 from turnwatch.runtime.tools.process import run_process
+from turnwatch.runtime.turn import Turn
 
 #: The tool metadata key naming a tool's class.
 CLASS_KEY = "turnwatch_class"

@@ -49,6 +49,6 @@ if TYPE_CHECKING:
     from turnwatch.runtime.registry import AbortRegistry as AbortRegistry
     from turnwatch.runtime.runtime import Runtime as Runtime
     from turnwatch.runtime.session import Session as Session
-    from turnwatch.runtime.session import Turn as Turn
+    from turnwatch.runtime.turn import Turn as Turn
 
 __getattr__, __dir__ = exports(__name__)

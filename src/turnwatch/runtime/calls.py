@@ -92,7 +92,7 @@ STARTED = Started()
 class Call:
     """A tool call inside a turn. Fields are owned by the runtime's event loop."""
 
-    # Slots: a call is made on every tool call, and a session keeps its calls for receipts.
+    # Slots: a call is made on every tool call, and a session keeps its recent turns' calls.
     __slots__ = (
         "_answered_in_task",
         "_stop",
@@ -470,7 +470,7 @@ class Call:
         """The call's execution ended (a done callback): resolve the call from the host's answer
         (an execution that never started has none: the stop resolved the call)."""
         # Over: a finished task holds its context (a framework's run context) and its result,
-        # and a session keeps its calls for their life.
+        # and a session keeps its recent turns' calls (runtime.retention).
         self.exec_task = None
         if self._answered_in_task:
             return

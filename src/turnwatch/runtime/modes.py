@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from turnwatch.runtime import handlers
 from turnwatch.runtime.calls import Call, StopHandler
 from turnwatch.runtime.model import Mode, StopSource
-from turnwatch.runtime.session import Turn
+from turnwatch.runtime.turn import Turn
 
 #: The tools whose abort listener was live before the ADR (``legacy`` mode).
 LEGACY_LISTENERS = frozenset({"Bash", "GenerateImages"})

@@ -38,7 +38,8 @@ from turnwatch.runtime.retention import (
     STOPPED,
     Retention,
 )
-from turnwatch.runtime.session import AskPermission, Session, SessionEnv, Turn, closest
+from turnwatch.runtime.session import Session, closest
+from turnwatch.runtime.turn import AskPermission, SessionEnv, Turn
 
 DEFAULT_MAX_RUNNING = 8
 
@@ -158,8 +159,8 @@ class Runtime:
         """True if ``session_id`` was served here and evicted (its tombstone is kept)."""
         return session_id not in self.sessions and session_id in self.retention.tombstones
 
-    def _on_idle(self, sess: Session) -> None:
-        self.retention.settled(sess.id, self.env.call.clock.monotonic())
+    def _on_idle(self, session_id: str) -> None:
+        self.retention.settled(session_id, self.env.call.clock.monotonic())
         self._evict_due()
 
     def _evict_due(self) -> None:

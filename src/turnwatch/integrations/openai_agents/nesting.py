@@ -28,7 +28,7 @@ from agents import Agent, FunctionTool
 from agents.result import RunResultStreaming
 from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
 
-from turnwatch.runtime.session import Turn
+from turnwatch.runtime.turn import Turn
 
 __all__ = ["CALL_SCOPE", "NestingRunner", "agent_of", "nested_run"]
 

@@ -33,7 +33,7 @@ from turnwatch.integrations.wrappers import (
 from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.model import Outcome, ToolClass, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
-from turnwatch.runtime.session import Turn
+from turnwatch.runtime.turn import Turn
 
 __all__ = ["StoppableRunner", "tool_class", "typed_invoker"]
 

@@ -11,7 +11,7 @@ from agents.result import RunResultStreaming
 
 from turnwatch.integrations.wrappers import stop_on_cancel
 from turnwatch.runtime.model import StopSource, TurnOutcome, TurnwatchError
-from turnwatch.runtime.session import Turn
+from turnwatch.runtime.turn import Turn
 
 if TYPE_CHECKING:
     from turnwatch.integrations.openai_agents.runner import StoppableRunner
