@@ -5,6 +5,10 @@ framework's handler, which holds the framework's run context (its whole message 
 tool's return value. Kept with the call, a long-lived runtime would grow by a run's context per
 tool call, for good. Counted on real runs: the framework's contexts alive after two runs and
 after six are as many.
+
+A run that paused for approvals keeps its turn live until it is resumed; a user who clicks Stop
+and never comes back left the wrapper holding that turn (its calls, its results) and a slot per
+prompt, for the runtime's life, after the runtime itself had let the session go.
 """
 
 from __future__ import annotations
@@ -16,14 +20,14 @@ from typing import Any
 from agents import Agent as SdkAgent
 from agents import RunContextWrapper, function_tool, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
 
 from turnwatch.integrations.openai_agents import StoppableRunner, tool_class
 from turnwatch.integrations.pydantic_ai import StoppableAgent
-from turnwatch.runtime import LocalHost, Runtime
+from turnwatch.runtime import LocalHost, Runtime, Turn
 
 CALLS = 5
 
@@ -90,3 +94,61 @@ async def test_agents_sdk_runs_leave_no_run_context_behind() -> None:
 
     two, six = await grows(run, RunContextWrapper)
     assert six == two
+
+
+def _approval(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if len(messages) == 1:
+        return ModelResponse(parts=[ToolCallPart("delete", {}, tool_call_id="a1")])
+    return ModelResponse(parts=[TextPart("ok")])
+
+
+async def test_a_pydantic_ai_run_stopped_at_its_approvals_leaves_nothing_behind() -> None:
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(_approval), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def delete() -> str:
+        return "deleted"
+
+    rt = Runtime(LocalHost(subreaper=False), retain_settled_s=0.0)
+    wrapped = StoppableAgent(agent, rt)
+
+    async def run(i: int) -> None:
+        first = await wrapped.run("go", session=f"s{i}")
+        assert isinstance(first.output, DeferredToolRequests)
+        await rt.abort(f"s{i}")  # and the user never comes back
+
+    two, six = await grows(run, Turn)
+    assert six == two  # before: one turn more per session, held by the wrapper
+    assert rt.sessions == {}  # the runtime let them go
+    assert wrapped.dispatch.slots == {}
+
+
+async def test_an_agents_sdk_run_stopped_at_its_approvals_leaves_nothing_behind() -> None:
+    @function_tool(needs_approval=True)
+    def write() -> str:
+        """Write."""
+        return "written"
+
+    rt = Runtime(LocalHost(subreaper=False), retain_settled_s=0.0)
+    runners: list[StoppableRunner] = []
+
+    async def run(i: int) -> None:
+        asks = [function_call("write", {}, call_id="w1")]
+        model = ScriptedModel([ModelStep(output=asks), ModelStep(output=[assistant_message("")])])
+        runner = (
+            runners[0]
+            if runners
+            else StoppableRunner(SdkAgent(name="a", model=model, tools=[write]), rt)
+        )
+        runners[:] = [runner]
+        runner.agent.model = model
+        result = await runner.run("go", session=f"s{i}")
+        assert result.interruptions
+        await rt.abort(f"s{i}")
+
+    two, six = await grows(run, Turn)
+    assert six == two
+    assert rt.sessions == {}
+    assert runners[0].dispatch.slots == {}

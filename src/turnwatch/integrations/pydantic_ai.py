@@ -241,7 +241,7 @@ class StoppableAgent(Generic[Deps, Out]):
         output = result.output
         if isinstance(output, DeferredToolRequests) and output.approvals:
             self._ask(turn, output.approvals)
-            self._awaiting[session] = turn
+            self.dispatch.awaits(self._awaiting, turn)
             return result
         self._unclaimed(session)
         await turn.finish()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import inspect
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -226,6 +227,24 @@ class Dispatcher:
                 slot.handler.set_exception(RuntimeError("the framework never ran this call"))
                 slot.handler.exception()  # said to the host's execute if it waits, else to none
                 del self.slots[(sess, cid)]
+
+    def awaits(self, waiting: dict[str, Turn], turn: Turn) -> None:
+        """``turn`` waits for approvals (``waiting``: the wrapper's, by session) until a run
+        resumes it. Once it settles (a stop while it waited, or its resumed run's end), it and
+        its calls' slots are let go: a later run starts a new turn, and the runtime answers its
+        late approvals (LATE, from what it keeps of the turn). Kept, a user who clicked Stop
+        and never came back left them here for the runtime's life."""
+        waiting[turn.session.id] = turn
+        turn.settled.add_done_callback(functools.partial(self._let_go, waiting, turn))
+
+    def _let_go(self, waiting: dict[str, Turn], turn: Turn, _settled: object) -> None:
+        session = turn.session.id
+        if waiting.get(session) is turn:
+            del waiting[session]
+        for cid in turn.calls:
+            slot = self.slots.pop((session, cid), None)
+            if slot is not None and not slot.handler.done():
+                slot.handler.cancel()  # the call is resolved: no framework run will take it
 
     def add_tools(self, names: Sequence[str]) -> None:
         for name in names:

@@ -220,7 +220,7 @@ class StoppableRunner:
     def ask(self, turn: Turn, items: Sequence[ToolApprovalItem]) -> None:
         """Each approval the run waits for, a permission prompt on the turn, which stays live
         until the run is resumed."""
-        self._awaiting[turn.session.id] = turn
+        self.dispatch.awaits(self._awaiting, turn)
         for item in items:
             call_id = item.call_id
             if call_id is None or item.tool_name is None:
