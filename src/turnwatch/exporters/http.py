@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from typing import IO, Any, cast
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 
 #: A WSGI application, as ``routes`` takes them.
 WSGIApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
@@ -20,6 +21,11 @@ DEFAULT_ADDR = "127.0.0.1:9464"
 #: The WSGI environ key of the undecoded request target (path and query), where the server
 #: gives it (this module's, and gunicorn's).
 RAW_URI = "RAW_URI"
+#: Seconds a client may stay silent (before its request, within its body, while its answer
+#: waits to be taken) before the server lets it go. Each client has a thread of its own: one
+#: that connected and went away without a word (a half-open connection, a scanner) held it for
+#: the server's life. A scrape, a page's fetch or a batch of events takes milliseconds.
+CLIENT_TIMEOUT_S = 30.0
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -68,11 +74,8 @@ def serve(
     A bad or busy address is a ValueError naming it (never a traceback)."""
     host, port = parse_addr(addr)
     try:
-        if not routes:
-            server, _thread = start_http_server(port, addr=host, registry=registry)
-            return server, int(server.server_port)
         metrics = make_wsgi_app(registry)
-        table = dict(routes)
+        table = dict(routes or {})
         # A route ending in "/" (but "/" itself) serves everything under it; the longest wins.
         prefixes = sorted((p for p in table if p.endswith("/") and p != "/"), key=len, reverse=True)
 
@@ -89,9 +92,39 @@ def serve(
             daemon_threads = True
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                if not isinstance(sys.exc_info()[1], _GONE):
+                    super().handle_error(request, client_address)
+                # A client that went silent (the timeout) or away: its connection ends, and
+                # there is nothing to say of it.
+
         class Quiet(WSGIRequestHandler):
+            timeout = CLIENT_TIMEOUT_S
+
             def log_message(self, format: str, *args: Any) -> None:
                 return
+
+            def handle(self) -> None:
+                # WSGIRequestHandler.handle, with an answerer that does not log a client that
+                # stopped reading its answer (the timeout) as the application's error.
+                self.raw_requestline = self.rfile.readline(65537)
+                if len(self.raw_requestline) > 65536:
+                    self.requestline = self.request_version = self.command = ""
+                    self.send_error(414)
+                    return
+                if not self.parse_request():  # an error was sent
+                    return
+                handler = _Answer(
+                    self.rfile,
+                    cast(IO[bytes], self.wfile),
+                    self.get_stderr(),
+                    self.get_environ(),
+                    multithread=False,
+                )
+                handler.request_handler = self
+                app = cast(WSGIServer, self.server).get_app()
+                assert app is not None
+                handler.run(app)
 
             def get_environ(self) -> dict[str, Any]:
                 # The request target as sent, as gunicorn names it: PATH_INFO is decoded
@@ -105,6 +138,18 @@ def serve(
         raise ValueError(f"cannot listen on {addr}: {exc.strerror or exc}") from None
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, int(server.server_port)
+
+
+#: What a client that went silent (the timeout) or away raises where it is read or written.
+_GONE = (TimeoutError, ConnectionError)
+
+
+class _Answer(ServerHandler):
+    request_handler: WSGIRequestHandler
+
+    def log_exception(self, exc_info: Any) -> None:
+        if not isinstance(exc_info[1], _GONE):  # a client gone or silent: nothing to say
+            super().log_exception(exc_info)
 
 
 def url(addr: str, port: int) -> str:

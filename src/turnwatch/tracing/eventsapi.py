@@ -10,6 +10,7 @@ A WSGI application. What it answers:
 - ``503`` ``{"error": "..."}`` with ``Retry-After``: the ledger could not commit the batch in
   time (another writer holds its lock, the disk is full) or dropped some of it; send it again
   (events sent twice are kept once).
+- ``408`` when the body stops arriving (the server's ``CLIENT_TIMEOUT_S``): nothing recorded.
 - ``413`` over ``max_bytes``, read no further; ``401`` without the bearer token when one is set;
   ``403`` from another origin than the server's own that is not on the allow-list (a browser
   sends ``Origin`` with every POST, so a page served beside the endpoint, as turnwatch's live page
@@ -94,7 +95,16 @@ class EventsApp:
                 {"error": f"the body is over the {self.max_bytes}-byte limit (or unsized)"},
                 cors,
             )
-        events, bad = parse_body(environ["wsgi.input"].read(size) if size else b"")
+        try:
+            body = environ["wsgi.input"].read(size) if size else b""
+        except (TimeoutError, ConnectionError):  # the client went silent mid-body, or away
+            return _reply(
+                start,
+                "408 Request Timeout",
+                {"error": "the body did not arrive in time; nothing was recorded"},
+                cors,
+            )
+        events, bad = parse_body(body)
         if bad:
             lines = [{"line": b.lineno, "reason": b.reason} for b in bad[:100]]
             return _reply(start, "400 Bad Request", {"bad": lines, "accepted": 0}, cors)

@@ -236,7 +236,10 @@ class LivePage:
             return _json(start, "404 Not Found", {"error": "this page does not recover"})
         try:
             size = int(environ.get("CONTENT_LENGTH") or 0)
-            body = json.loads(environ["wsgi.input"].read(size) or b"{}") if size <= 4096 else None
+            fits = 0 <= size <= 4096  # a negative length would read until the client hangs up
+            body = json.loads(environ["wsgi.input"].read(size) or b"{}") if fits else None
+        except (TimeoutError, ConnectionError):  # the client went silent mid-body, or away
+            return _json(start, "408 Request Timeout", {"error": "the body did not arrive"})
         except (ValueError, KeyError):
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("confirm", False), bool):

@@ -1,0 +1,125 @@
+"""The HTTP server behind ``/metrics``, the events API and the live page, left up for months: a
+client that connects and then sends nothing (a dead laptop's half-open connection, a scanner, a
+proxy's idle pool) held a thread for the server's life; one that stopped halfway through a body
+ended in a traceback. Each is now let go after ``CLIENT_TIMEOUT_S``, quietly."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from turnwatch.exporters import http
+from turnwatch.runtime.events import Event
+from turnwatch.tracing.eventsapi import PATH, EventsApp
+
+TIMEOUT_S = 0.3
+
+
+def hello(environ: dict[str, Any], start: Any) -> list[bytes]:
+    start("200 OK", [("Content-Type", "text/plain")])
+    return [b"hello"]
+
+
+@pytest.fixture(params=["metrics alone", "with routes"])
+def port(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    monkeypatch.setattr(http, "CLIENT_TIMEOUT_S", TIMEOUT_S)
+    routes = {"/hello": hello} if request.param == "with routes" else None
+    server, bound = http.serve(CollectorRegistry(), "127.0.0.1:0", routes=routes)
+    yield bound
+    http.stop(server)
+
+
+def closed_by_server(conn: socket.socket) -> bool:
+    """True once the server hangs up (EOF, or whatever it said and then EOF)."""
+    conn.settimeout(5 + 10 * TIMEOUT_S)  # far past the server's timeout
+    try:
+        while conn.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+    return True
+
+
+def test_a_client_that_sends_nothing_is_let_go(
+    port: int, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+    for conn in idle[::2]:
+        conn.sendall(b"GET /metrics HTTP/1.1\r\n")  # half a request, then nothing
+    time.sleep(0.1)
+    # Meanwhile, a scrape is answered.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        assert resp.status == 200
+    assert all(closed_by_server(conn) for conn in idle)
+    for conn in idle:
+        conn.close()
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert threading.active_count() <= before  # each client's thread ended with it
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_body_that_stops_halfway_is_a_408_and_records_nothing(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(http, "CLIENT_TIMEOUT_S", TIMEOUT_S)
+    recorded: list[list[Event]] = []
+    server, port = http.serve(
+        CollectorRegistry(), "127.0.0.1:0", routes={PATH: EventsApp(recorded.append)}
+    )
+    try:
+        conn = socket.create_connection(("127.0.0.1", port))
+        conn.sendall(
+            f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\n"
+            "Content-Length: 1000\r\n\r\n".encode()
+            + b'{"kind": "turn.started"'  # and then nothing
+        )
+        conn.settimeout(5)
+        reply = b""
+        while chunk := conn.recv(4096):
+            reply += chunk
+        conn.close()
+    finally:
+        http.stop(server)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].split(b" ", 1)[1] == b"408 Request Timeout"
+    assert "body" in json.loads(body)["error"]
+    assert recorded == []
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_client_that_stops_reading_its_answer_is_let_go_quietly(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(http, "CLIENT_TIMEOUT_S", TIMEOUT_S)
+
+    def big(environ: dict[str, Any], start: Any) -> list[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"x" * 50_000_000]  # far more than the socket buffers hold
+
+    before = threading.active_count()
+    server, port = http.serve(CollectorRegistry(), "127.0.0.1:0", routes={"/big": big})
+    try:
+        conn = socket.create_connection(("127.0.0.1", port))
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        conn.sendall(b"GET /big HTTP/1.0\r\n\r\n")  # and never reads
+        deadline = time.monotonic() + 5 + 10 * TIMEOUT_S
+        while threading.active_count() > before + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert threading.active_count() <= before + 1  # the server's own thread alone
+        conn.close()
+    finally:
+        http.stop(server)
+    assert "Traceback" not in capfd.readouterr().err
