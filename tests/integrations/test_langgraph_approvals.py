@@ -5,6 +5,7 @@ them, and an approval after it is refused, so the write never runs."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
@@ -19,10 +20,11 @@ from langgraph.types import Command, interrupt
 from tests.integrations.lg_graphs import Scripted, agent_graph
 from tests.integrations.test_langgraph import classed, unanswered
 from turnwatch import names
+from turnwatch.integrations import langgraph
 from turnwatch.integrations.langgraph import StoppableGraph, stopped_words, tool_node
 from turnwatch.integrations.langgraph_approvals import STOPPED
 from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
-from turnwatch.runtime import MemorySink, Outcome, Receipt, Runtime
+from turnwatch.runtime import LocalHost, MemorySink, Outcome, Receipt, Runtime, Turn
 from turnwatch.testing import check_invariants
 from turnwatch.tracing.arc import arc_of
 
@@ -230,3 +232,87 @@ async def test_wrapped_a_tools_own_question_answered_after_the_stop_never_goes_o
     assert said == [stopped_words(Outcome.REFUSED)]
     assert unanswered(final["messages"]) == set()
     assert check_invariants(list(sink)) == []
+
+
+# --- a stop while approvals wait, and nobody comes back ---
+
+
+def turns_alive() -> int:
+    gc.collect()
+    return sum(isinstance(o, Turn) for o in gc.get_objects())
+
+
+async def test_wrapped_runs_stopped_at_their_approvals_leave_no_turn_behind(
+    sink: MemorySink,
+) -> None:
+    """Stopped while their approvals wait, and never resumed: the graph kept each one's turn
+    (every call, every result) and a slot per prompt, for its life, after the runtime let the
+    session go. What a late resume needs is kept (the calls asked about), bounded; the turn
+    and its slots are let go."""
+    runtime = Runtime(LocalHost(), sink=sink, retain_settled_s=0.0)
+    w = Writes()
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"write": True})
+    sessions = 6
+    script = [AIMessage(content="", tool_calls=CALLS[:1])] * sessions + [AIMessage(content="ok")]
+    app = StoppableGraph(
+        create_agent(
+            model=Scripted(messages=iter(script)),
+            tools=[w.write],
+            middleware=[hitl, TurnwatchMiddleware(runtime, [w.write])],
+            checkpointer=InMemorySaver(),
+        ),
+        runtime,
+    )
+    own = StoppableGraph(Deploys().graph(runtime), runtime)  # a tool's own question: renamed ids
+
+    async def stopped(graph: StoppableGraph, session: str) -> None:
+        cfg = {"configurable": {"thread_id": session}}
+        assert (await graph.ainvoke({"messages": [("user", "go")]}, cfg, session=session))[
+            "__interrupt__"
+        ]
+        assert await runtime.abort(session) is Receipt.ACCEPTED
+
+    for i in range(2):
+        await stopped(app, f"s{i}")
+    await stopped(own, "q0")
+    two = turns_alive()
+    for i in range(2, sessions):
+        await stopped(app, f"s{i}")
+    assert turns_alive() <= two  # before: one more per session
+    for graph in (app, own):
+        assert graph.dispatch.slots == {}
+        assert graph.dispatch.renamed == {}
+    # And a late approval is still refused, from what was kept.
+    final = await app.ainvoke(
+        Command(resume={"decisions": [APPROVE]}),
+        {"configurable": {"thread_id": "s0"}},
+        session="s0",
+    )
+    assert w.written == []
+    assert unanswered(final["messages"]) == set()
+    assert check_invariants(list(sink)) == []
+
+
+async def test_what_is_kept_for_a_late_resume_is_bounded(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(langgraph, "MAX_STOPPED_WAITS", 2)
+    w = Writes()
+    script = [AIMessage(content="", tool_calls=CALLS[:1])] * 4
+    app = StoppableGraph(
+        create_agent(
+            model=Scripted(messages=iter(script)),
+            tools=[w.write],
+            middleware=[
+                HumanInTheLoopMiddleware(interrupt_on={"write": True}),
+                TurnwatchMiddleware(runtime, [w.write]),
+            ],
+            checkpointer=InMemorySaver(),
+        ),
+        runtime,
+    )
+    for i in range(4):
+        cfg = {"configurable": {"thread_id": f"b{i}"}}
+        await app.ainvoke({"messages": [("user", "go")]}, cfg, session=f"b{i}")
+        await runtime.abort(f"b{i}")
+    assert list(app.stopped_waits) == ["b2", "b3"]  # the oldest let go first

@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -84,6 +85,7 @@ from turnwatch.integrations.wrappers import (
     stop_on_cancel,
 )
 from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
+from turnwatch.runtime.retention import MAX_TOMBSTONES
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.turn import Turn
 
@@ -152,6 +154,10 @@ class _Hook:
 
 #: What a tool raises to pause its call: its ``interrupt()`` (and LangGraph's other bubbles).
 _PAUSES = (GraphBubbleUp,)
+#: Sessions stopped while their approvals waited whose asked calls a graph keeps, to refuse a
+#: late resume (a few hundred bytes each): as many as the runtime keeps tombstones. Past it, a
+#: resume of the oldest is LangGraph's own, as after a restart.
+MAX_STOPPED_WAITS = MAX_TOMBSTONES
 
 
 def _class_of(tool: BaseTool, default: ToolClass) -> ToolClass:
@@ -193,6 +199,9 @@ class StoppableGraph:
         self.nested = bool(list(getattr(graph, "get_subgraphs", list)()))
         #: Sessions whose turn waits on approvals (``langgraph_approvals``): its resume goes on.
         self.awaiting: dict[str, approvals.Awaiting] = {}
+        #: Sessions stopped while their approvals waited, oldest first: a late resume is
+        #: refused from what is kept of them (bounded, :data:`MAX_STOPPED_WAITS`).
+        self.stopped_waits: OrderedDict[str, approvals.Awaiting] = OrderedDict()
 
     async def ainvoke(self, input: Any, config: Any = None, *, session: str, **kwargs: Any) -> Any:
         """``graph.ainvoke`` as one turn of ``session``: the final state, or the state the stop
@@ -361,10 +370,10 @@ class StoppableGraph:
         (a new one if the stop settled it); any other input, while approvals wait, abandons
         them: their turn is stopped, and their calls answered "not run" in the thread's
         history before the new input is read."""
-        waiting = self.awaiting.pop(session, None)
+        waiting = self.awaiting.pop(session, None) or self.stopped_waits.pop(session, None)
         if waiting is not None and isinstance(input, Command) and input.resume is not None:
             resumed = approvals.answer(self.runtime, self.dispatch, session, waiting, input)
-            if resumed is not None and not waiting.turn.settled.done():
+            if resumed is not None and waiting.turn and not waiting.turn.settled.done():
                 return waiting.turn, resumed
             if resumed is None:  # a paused tool's answer came after the stop: refused
                 await self._answer_dangling(config)  # it never goes on: "not run"
@@ -372,7 +381,7 @@ class StoppableGraph:
         elif waiting is None and not isinstance(input, Command):
             await self._answer_left(config, kwargs)
         elif waiting is not None:
-            if not waiting.turn.settled.done():
+            if waiting.turn is not None and not waiting.turn.settled.done():
                 await self.runtime.abort(session, source=StopSource.FRAMEWORK, turn=waiting.turn.id)
             for cid in waiting.calls:
                 self.dispatch.slots.pop((session, cid), None)
@@ -394,8 +403,23 @@ class StoppableGraph:
         asked += approvals.resumptions(self.dispatch, turn.session.id)
         if not asked:
             return False
-        self.awaiting[turn.session.id] = approvals.ask(turn, self.dispatch, asked)
+        waiting = approvals.ask(turn, self.dispatch, asked)
+        self.awaiting[turn.session.id] = waiting
+        turn.settled.add_done_callback(functools.partial(self._stopped, turn.session.id, waiting))
         return True
+
+    def _stopped(self, session: str, waiting: approvals.Awaiting, _settled: object) -> None:
+        """``waiting``'s turn settled before a run resumed it (a stop): the turn and its slots
+        are let go; what refuses a late resume (the calls asked about) is kept, for the
+        :data:`MAX_STOPPED_WAITS` sessions stopped last. Kept whole, a user who clicked Stop and
+        never came back left the turn (every call, every result) for the graph's life."""
+        if self.awaiting.get(session) is not waiting:
+            return  # resumed, or given up for a new input: over
+        del self.awaiting[session]
+        approvals.let_go(self.dispatch, session, waiting)
+        self.stopped_waits[session] = waiting
+        while len(self.stopped_waits) > MAX_STOPPED_WAITS:
+            self.stopped_waits.popitem(last=False)
 
     async def _answer_left(self, config: Any, kwargs: dict[str, Any]) -> None:
         """Before a run goes on from a thread's checkpoint: calls of the model's last message

@@ -43,7 +43,8 @@ class Awaiting:
     """A turn left waiting on approvals: the calls asked about, in the interrupt's order, and
     (per-call mode) which interrupt asks about which call."""
 
-    turn: Turn
+    #: None once a stop settled it before a run resumed it: what is kept for a late resume.
+    turn: Turn | None
     calls: list[str]
     by_interrupt: dict[str, str]
     #: Of ``calls``, the resumptions of tools their own ``interrupt()`` paused.
@@ -118,6 +119,19 @@ def ask(
         elif interrupt is not None:
             waiting.by_interrupt[interrupt] = cid
     return waiting
+
+
+def let_go(dispatch: Dispatcher, session: str, waiting: Awaiting) -> None:
+    """A stop settled ``waiting``'s turn before a run resumed it: nothing will run its calls,
+    so their slots go, with the ids their resumptions would have run under; a late resume is
+    refused from ``waiting``'s calls alone (:func:`answer`)."""
+    waiting.turn = None
+    for cid in waiting.calls:
+        slot = dispatch.slots.pop((session, cid), None)
+        if slot is not None and not slot.handler.done():
+            slot.handler.cancel()
+    for key in [k for k, v in dispatch.renamed.items() if k[0] == session and v in waiting.resumes]:
+        del dispatch.renamed[key]
 
 
 def answer(
