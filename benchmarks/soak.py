@@ -5,6 +5,8 @@ same live sessions (its floor), and sessions/s, as ratios first.
 
     TURNWATCH_SOAK_SESSIONS=1000000 python -m benchmarks.soak   # default 1,000,000
 
+Then one session served ``TURNWATCH_SOAK_TURNS`` turns (100,000): the RSS it holds as it goes.
+
 Each session: three turns of a read-only call and an awaited call, the last one stopped; ten
 sessions stay processing throughout (the live set a scan must look at). ``run`` is what the
 scaled test in ``make test`` drives (``tests/test_soak.py``): it returns the counts of what was
@@ -14,6 +16,7 @@ kept, never a time to assert.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import tempfile
 import time
@@ -27,8 +30,8 @@ from prometheus_client import CollectorRegistry
 from benchmarks.common import median, table
 from benchmarks.tracing import noop
 from turnwatch.exporters.metrics import StopMetrics
-from turnwatch.runtime import HostResult, LocalHost, Runtime
-from turnwatch.runtime.retention import MAX_SETTLED
+from turnwatch.runtime import HostResult, HostStatus, LocalHost, Runtime
+from turnwatch.runtime.retention import MAX_SETTLED, MAX_SETTLED_TURNS
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.tracing import view
 from turnwatch.tracing.ledger import Ledger, connect
@@ -206,10 +209,64 @@ def report(soak: Soak) -> str:
     return "### Soak\n\n" + table(head, rows) + "\n"
 
 
+#: What each call of the long session returns: kept whole, 10 KB a turn.
+RESULT = HostResult(HostStatus.OK, "x" * 10_000)
+
+
+async def _answer() -> HostResult:
+    return RESULT
+
+
+async def long_session(turns: int, marks: tuple[float, ...] = (0.01, 0.1, 0.5, 1.0)) -> str:
+    """One session served ``turns`` turns, each a read-only call whose result is 10 KB (a chat
+    left open for months): the RSS it holds at each mark, beside the first mark (the turns a
+    session keeps whole, ``MAX_SETTLED_TURNS`` and up to as many again, are all there by then),
+    and the turns it holds."""
+    rt = Runtime(LocalHost(subreaper=False))
+    gc.collect()
+    base = psutil.Process().memory_info().rss
+    at = sorted({max(2 * MAX_SETTLED_TURNS + 1, int(turns * f)) for f in marks})
+    rows: list[list[object]] = []
+    first = first_at = 0
+    started = time.perf_counter()
+    for i in range(1, turns + 1):
+        turn = rt.start_turn("long")
+        await turn.run_call("Grep", _answer, tool_class="read_only")
+        await turn.finish()
+        if at and i == at[0]:
+            at.pop(0)
+            gc.collect()
+            held = psutil.Process().memory_info().rss - base
+            first, first_at = first or max(held, 4096), first_at or i  # a warm heap may not grow
+            further = (held - first) / (i - first_at) if i > first_at else 0.0
+            rows.append(
+                [
+                    f"{i:,}",
+                    f"{held / first:.2f}× ({held / 2**20:.1f} MiB)",
+                    f"{further:,.0f} B",
+                    f"{len(rt.sessions['long'].turns):,}",
+                    f"{i / (time.perf_counter() - started):,.0f}",
+                ]
+            )
+    head = [
+        "turns served",
+        "RSS held (vs the first mark)",
+        "per turn since (its result alone: 10,000 B)",
+        "turns held whole",
+        "turns/s",
+    ]
+    return (
+        "### One session, many turns\n\n"
+        f"Kept whole, {turns:,} turns of a 10 KB result would be {turns * 10_000 / 2**20:,.0f} MiB."
+        "\n\n" + table(head, rows) + "\n"
+    )
+
+
 async def main() -> str:
     n = int(os.environ.get("TURNWATCH_SOAK_SESSIONS", "1000000"))
+    turns = int(os.environ.get("TURNWATCH_SOAK_TURNS", "100000"))
     with tempfile.TemporaryDirectory() as tmp:
-        return report(await run(n, Path(tmp)))
+        return report(await run(n, Path(tmp))) + "\n" + await long_session(turns)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from benchmarks import soak
 
+from turnwatch.runtime.retention import MAX_SETTLED_TURNS
+
 
 async def test_a_long_run_keeps_what_is_live_and_recent_not_its_history(tmp_path: Path) -> None:
     done = await soak.run(
@@ -21,3 +23,10 @@ async def test_a_long_run_keeps_what_is_live_and_recent_not_its_history(tmp_path
         assert p.rows <= 500 + soak.LIVE
         assert p.rows >= soak.LIVE
         assert p.lost == 0  # the runtime waits for its writer, as a runtime's tools pace it
+
+
+async def test_the_long_session_benchmark_runs_and_holds_its_bound() -> None:
+    text = await soak.long_session(1000, marks=(0.5, 1.0))
+    held = [row.split("|")[4].strip() for row in text.splitlines() if row.startswith("| 1,000")]
+    assert held
+    assert int(held[0].replace(",", "")) <= 2 * MAX_SETTLED_TURNS + 1

@@ -213,12 +213,12 @@ class Runtime:
             )
             return Answer.LATE
         sess = self.session(session_id)
-        if sess.folded(PROMPTED, call_id):  # its turn is long over: the prompt with it
+        call = next((t.calls[call_id] for t in sess.turns.values() if call_id in t.calls), None)
+        if call is None and sess.folded(PROMPTED, call_id):  # long over, the prompt with it
             self.emit(
                 names.PERMISSION_LATE, session_id, call=call_id, attrs={names.K_APPROVED: approved}
             )
             return Answer.LATE
-        call = next((t.calls[call_id] for t in sess.turns.values() if call_id in t.calls), None)
         if call is None or call.prompt is None:
             raise LookupError(
                 f"no permission prompt for call {call_id!r} in session {session_id!r}"
