@@ -316,3 +316,19 @@ async def test_what_is_kept_for_a_late_resume_is_bounded(
         await app.ainvoke({"messages": [("user", "go")]}, cfg, session=f"b{i}")
         await runtime.abort(f"b{i}")
     assert list(app.stopped_waits) == ["b2", "b3"]  # the oldest let go first
+
+
+async def test_a_new_message_instead_of_a_tools_answer_leaves_nothing_behind(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    """A tool's own question abandoned for a new message: its turn is stopped, and the id its
+    resumption would have run under goes with its slot (it stayed for the graph's life)."""
+    d = Deploys()
+    app = StoppableGraph(d.graph(runtime), runtime)
+    assert (await app.ainvoke({"messages": [("user", "go")]}, CFG, session="q"))["__interrupt__"]
+    assert app.dispatch.renamed  # the resumption's own id, while it waits
+    await app.ainvoke({"messages": [("user", "something else")]}, CFG, session="q")
+    assert d.done == []
+    assert app.dispatch.renamed == {}
+    assert app.dispatch.slots == {}
+    assert check_invariants(list(sink)) == []

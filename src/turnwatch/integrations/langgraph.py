@@ -383,8 +383,7 @@ class StoppableGraph:
         elif waiting is not None:
             if waiting.turn is not None and not waiting.turn.settled.done():
                 await self.runtime.abort(session, source=StopSource.FRAMEWORK, turn=waiting.turn.id)
-            for cid in waiting.calls:
-                self.dispatch.slots.pop((session, cid), None)
+            approvals.let_go(self.dispatch, session, waiting)  # its slots, its resumptions' ids
             await self._answer_dangling(config)
         turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
         # The span the run is called in (the application's, an instrumentation's) is the
