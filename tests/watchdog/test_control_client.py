@@ -7,6 +7,7 @@ answer is a failed call, said in one line, never an exception that ends ``watch`
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -31,6 +32,7 @@ class Answering:
 
     def __init__(self, path: Path, reply: bytes) -> None:
         self.path, self.reply = path, reply
+        self.asked = threading.Event()  # a request arrived
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(str(path))
         self._sock.listen()
@@ -45,6 +47,7 @@ class Answering:
                 return  # closed
             with conn:
                 conn.recv(65536)
+                self.asked.set()
                 conn.sendall(self.reply)
 
     def close(self) -> None:
@@ -144,3 +147,61 @@ def test_a_reply_without_end_is_cut_off_at_its_bound(answering: Make) -> None:
     peer = answering(b"x" * (control_client.MAX_REPLY_BYTES + 65536))
     with pytest.raises(control_client.ControlError, match="no line within"):
         control_client.abort(str(peer.path), "s1", timeout=30)
+
+
+class Hung(Answering):
+    """A runtime whose loop is stuck: it takes the request and answers nothing until let go."""
+
+    def __init__(self, path: Path) -> None:
+        self.let_go = threading.Event()
+        super().__init__(path, b"")
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self._sock.accept()
+        except OSError:
+            return
+        with conn:
+            conn.recv(65536)
+            self.asked.set()
+            self.let_go.wait(30)
+
+
+def pinned(rec: Recorder, session: str, control: Path) -> None:
+    me = {"pid": os.getpid(), "create_time": psutil.Process().create_time()}
+    rec(names.RUNTIME_STARTED, session, 200, attrs={**me, "mode": "adr", "control": str(control)})
+    rec(names.TURN_STARTED, session, 120, turn=f"{session}.t1")
+    rec(names.STOP_CLICKED, session, 100, turn=f"{session}.t1")
+    rec(names.ABORT_RPC_RECEIVED, session, 100, turn=f"{session}.t1")
+
+
+@pytest.mark.parametrize(("stuck", "fine"), [("a", "b"), ("b", "a")])
+async def test_a_hung_runtime_does_not_hold_back_the_other_recoveries(
+    tmp_path: Path, answering: Make, stuck: str, fine: str
+) -> None:
+    """Two pinned sessions: one's runtime takes the stop and never answers (its loop stuck),
+    the other's answers. Recoveries ran one after the other, so a finding behind the stuck one
+    waited for its timeout (60 s; behind a process's grace window, 10 s), whichever order the
+    scan gave them in."""
+    hung = Hung(tmp_path / "hung.sock")
+    good = answering(b'{"jsonrpc": "2.0", "id": 1, "result": {"receipt": "joined"}}\n')
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    pinned(rec, fine, good.path)
+    pinned(rec, stuck, hung.path)
+    rec.close()
+    ledger = Ledger(path)
+    dog = Watchdog(path, ledger, ledger.flush, cfg=Config(grace_s=1.0))
+    try:
+        cycle = asyncio.ensure_future(dog.cycle())
+        assert await asyncio.to_thread(hung.asked.wait, 10)
+        asked_meanwhile = await asyncio.to_thread(good.asked.wait, 10)
+        hung.let_go.set()
+        done = await cycle
+    finally:
+        hung.let_go.set()
+        hung.close()
+        ledger.close()
+    assert asked_meanwhile
+    results = {a.finding.session: a.result for a in done.actions}
+    assert results == {stuck: RecoveryResult.FAILED, fine: RecoveryResult.OK}

@@ -10,7 +10,7 @@ import asyncio
 import sqlite3
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -318,7 +318,7 @@ class Watchdog:
         if dry_run is not None:
             self.recoverer.dry_run = dry_run
         try:
-            actions = []
+            actions: list[Recovery | Awaitable[Recovery]] = []
             for f in _one_per_target(findings):
                 if f.kind not in _RECOVERABLE and not self._repairable(f):
                     actions.append(Recovery(f, f.action, RecoveryResult.REPORT_ONLY))
@@ -330,15 +330,24 @@ class Watchdog:
                         Recovery(f, f.action, RecoveryResult.DEFERRED, "rate limit reached")
                     )
                 else:
-                    done = await (
+                    actions.append(
                         self.threads.repair(f, self.recoverer)
                         if self.threads is not None and self._repairable(f)
                         else self.recoverer.recover(f)
                     )
-                    if not self.recoverer.dry_run:
-                        self._note(f, done.result)
-                    actions.append(done)
-            return actions
+            # Each on its own target (one per session or process), so all at once: one behind
+            # a runtime whose loop is stuck (the control call's 60 s) or a process's grace
+            # window no longer waits for it.
+            # A bug in one (each says its own failures) lets the others end before it is raised.
+            ended = await asyncio.gather(*(_awaited(a) for a in actions), return_exceptions=True)
+            done = [r for r in ended if isinstance(r, Recovery)]
+            if not self.recoverer.dry_run:
+                for recovery in done:
+                    self._note(recovery.finding, recovery.result)
+            for r in ended:
+                if isinstance(r, BaseException):
+                    raise r
+            return done
         finally:
             self.recoverer.dry_run = saved
 
@@ -369,6 +378,10 @@ class Watchdog:
                     continue
         finally:
             self._serving = False
+
+
+async def _awaited(action: Recovery | Awaitable[Recovery]) -> Recovery:
+    return action if isinstance(action, Recovery) else await action
 
 
 def _one_per_target(findings: list[Finding]) -> list[Finding]:
