@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import heapq
 import os
 import re
@@ -284,21 +285,42 @@ def _grep_block(
 def atomic_write(path: Path, data: bytes, on_chunk: Callable[[int, int], None]) -> None:
     """Write ``data`` to a temporary file beside ``path``, fsync, then rename over ``path``.
 
-    A reader sees the old file or the whole new one, never a part.
+    A reader sees the old file or the whole new one, never a part. The file keeps its mode and,
+    where this process may, its owner (a new one gets the mode its umask gives, as any program
+    would); through a symbolic link, the file it points to is replaced and the link stays.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    real = Path(os.path.realpath(path))
+    real.parent.mkdir(parents=True, exist_ok=True)
     try:
+        was: os.stat_result | None = os.stat(real)
+    except FileNotFoundError:
+        was = None
+    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
+    try:
+        # mkstemp makes it 0600: renamed over, a script lost its x bit, a config its readers.
+        os.fchmod(fd, stat.S_IMODE(was.st_mode) if was is not None else 0o666 & ~_umask())
+        if was is not None and (was.st_uid, was.st_gid) != (os.geteuid(), os.getegid()):
+            with contextlib.suppress(PermissionError):  # only root may give it away
+                os.fchown(fd, was.st_uid, was.st_gid)
         with os.fdopen(fd, "wb") as fh:
             for off in range(0, len(data), WRITE_CHUNK):
                 fh.write(data[off : off + WRITE_CHUNK])
                 on_chunk(min(off + WRITE_CHUNK, len(data)), len(data))
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, real)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would, for every thread)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
 
 
 async def _mutate(ctx: ToolContext, work: Callable[[], HostResult]) -> HostResult:
@@ -330,20 +352,42 @@ async def write(ctx: ToolContext) -> HostResult:
 
 
 async def edit(ctx: ToolContext) -> HostResult:
-    """Replace ``old`` by ``new`` in ``path`` (exactly once unless ``replace_all``), atomically."""
+    """Replace ``old`` by ``new`` in ``path`` (exactly once unless ``replace_all``), atomically;
+    every other byte of the file stays as it was, its line endings with it."""
     path = Path(name_arg(ctx.args, "path"))
     old = _arg(ctx.args, "old", str)
+    if not old:
+        raise ToolArgumentError(
+            "argument 'old' is empty: there is nothing to find (Write replaces a whole file)"
+        )
     new = _arg(ctx.args, "new", str)
     replace_all = _arg(ctx.args, "replace_all", bool, False)
 
     def work() -> HostResult:
         if refused := _held(path):
             return refused
-        text = path.read_text()
-        count = text.count(old)
+        try:
+            # Decoded as it is: read_text() would turn every "\r\n" into "\n", and the file
+            # was written back so.
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return HostResult(
+                HostStatus.ERROR,
+                error=f"{path} is not UTF-8 text (byte {exc.start} is not): Edit changes text",
+            )
+        find, put = old, new
+        count = text.count(find)
+        if count == 0 and "\r\n" in text and "\n" in old:
+            # A model writes lines ending "\n"; this file ends them "\r\n": so do they here.
+            find, put = _CRLF.sub("\r\n", old), _CRLF.sub("\r\n", new)
+            count = text.count(find)
         if count == 0 or (count > 1 and not replace_all):
             return HostResult(HostStatus.ERROR, error=f"{old!r} occurs {count} times in {path}")
-        atomic_write(path, text.replace(old, new).encode(), _chunk_progress(ctx))
+        atomic_write(path, text.replace(find, put).encode("utf-8"), _chunk_progress(ctx))
         return HostResult(HostStatus.OK, f"replaced {count} in {path}", data={"count": count})
 
     return await _mutate(ctx, work)
+
+
+#: A line feed not already part of "\r\n".
+_CRLF = re.compile(r"(?<!\r)\n")
