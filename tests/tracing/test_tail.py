@@ -8,10 +8,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from turnwatch.runtime.lines import Oversized
 from turnwatch.tracing.tail import Position, Tail
 
 
-def follow(path: Path, during_pauses: list[Callable[[], None]]) -> list[bytes]:
+def follow(path: Path, during_pauses: list[Callable[[], None]]) -> list[bytes | Oversized]:
     """Every line of ``path`` followed until the pauses' actions are spent (one per pause)."""
     todo = list(during_pauses)
 

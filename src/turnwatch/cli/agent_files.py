@@ -22,6 +22,7 @@ from turnwatch.integrations.agentlogs import (
 )
 from turnwatch.integrations.agentlogs.follow import KEY_PREFIX, Follower
 from turnwatch.tracing import codec
+from turnwatch.tracing.ingest import MAX_LINE_BYTES
 from turnwatch.tracing.ledger import (
     Ledger,
     LedgerError,
@@ -41,7 +42,11 @@ def is_event_lines(path: Path) -> bool:
     """True when the file's first line is a turnwatch event (``kind`` and ``session``)."""
     try:
         with open(path, "rb") as f:
-            for raw in f:
+            # At most a line's worth: a longer first line is no event line, and a file with no
+            # newline in gigabytes was read whole here (the reader then skips it in chunks).
+            while raw := f.readline(MAX_LINE_BYTES + 1):
+                if len(raw) > MAX_LINE_BYTES:
+                    return False
                 if raw.strip():
                     obj = codec.loads(raw)  # a lone surrogate's escape too
                     return isinstance(obj, dict) and "kind" in obj and "session" in obj

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from turnwatch.cli.wiring import Wiring
+from turnwatch.runtime.lines import Oversized
 from turnwatch.tracing.ingest import BadLine, IngestReport, ingest
 from turnwatch.tracing.ledger import connect, get_meta
 from turnwatch.tracing.tail import Position, Tail
@@ -58,7 +59,7 @@ def run(
 
     with Tail(source, follow=follow, poll_s=poll_s, resume=resume, note=say, idle=checkpoint) as t:
 
-        def lines() -> Iterator[tuple[int, bytes]]:
+        def lines() -> Iterator[tuple[int, bytes | Oversized]]:
             last = time.monotonic()
             try:
                 for item in t:

@@ -19,6 +19,7 @@ import fastjsonschema
 
 from turnwatch import names
 from turnwatch.runtime.events import Event, EventSink
+from turnwatch.runtime.lines import CHUNK, LineReader, Oversized
 from turnwatch.tracing import codec
 
 #: A longer line is refused without being parsed (a runaway writer, a binary file).
@@ -229,10 +230,11 @@ class IngestReport:
             self.bad.append(BadLine(lineno, reason))
 
 
-def parse_line(raw: bytes, lineno: int) -> Event | BadLine | None:
+def parse_line(raw: bytes | Oversized, lineno: int) -> Event | BadLine | None:
     """One line → an event, a :class:`BadLine`, or None for a blank line."""
-    if len(raw) > MAX_LINE_BYTES:
-        return BadLine(lineno, f"line is {len(raw)} bytes, over the {MAX_LINE_BYTES} limit")
+    size = raw.size if isinstance(raw, Oversized) else len(raw)
+    if size > MAX_LINE_BYTES or isinstance(raw, Oversized):
+        return BadLine(lineno, f"line is {size} bytes, over the {MAX_LINE_BYTES} limit")
     text = raw.strip()
     if not text:
         return None
@@ -272,13 +274,19 @@ def parse_line(raw: bytes, lineno: int) -> Event | BadLine | None:
     )
 
 
-def lines_of(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
-    """A stream's lines, numbered from 1, to its end (follow a file with :class:`Tail`)."""
-    return enumerate(stream, start=1)
+def lines_of(stream: IO[bytes]) -> Iterator[tuple[int, bytes | Oversized]]:
+    """A stream's lines, numbered from 1, to its end (follow a file with :class:`Tail`); one
+    over :data:`MAX_LINE_BYTES` is skipped unheld, said by its size."""
+    lines = LineReader(cap=MAX_LINE_BYTES)
+    # read1: what a pipe has now (a producer writing a line at a time is read as it writes).
+    read = getattr(stream, "read1", stream.read)
+    while chunk := read(CHUNK):
+        yield from lines.push(chunk)
+    yield from lines.end()
 
 
 def ingest(
-    source: IO[bytes] | Iterable[tuple[int, bytes]],
+    source: IO[bytes] | Iterable[tuple[int, bytes | Oversized]],
     sink: EventSink,
     *,
     on_bad: Callable[[BadLine], None] | None = None,

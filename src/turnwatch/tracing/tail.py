@@ -17,10 +17,13 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from io import BufferedReader
 from pathlib import Path
-from typing import IO
+
+from turnwatch.runtime.lines import CHUNK, LineReader, Oversized
+from turnwatch.tracing.ingest import MAX_LINE_BYTES
 
 #: How many of a file's first bytes identify its contents (a rewrite changes them).
 HEAD_BYTES = 256
@@ -55,14 +58,16 @@ class Tail:
         resume: Position | None = None,
         note: Callable[[str], None] = lambda _m: None,
         idle: Callable[[Position], None] = lambda _p: None,
+        max_line: int = MAX_LINE_BYTES,
     ) -> None:
         self.path = path
+        self.max_line = max_line
         self.follow = follow
         self.poll_s = poll_s
         self.stop = stop
         self.note = note
         self.idle = idle
-        self._file: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._file: BufferedReader = open(path, "rb")  # noqa: SIM115 - closed by close()
         st = os.fstat(self._file.fileno())
         self._regular = stat.S_ISREG(st.st_mode)
         self.position = Position(st.st_dev, st.st_ino, 0, 0)
@@ -80,48 +85,56 @@ class Tail:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __iter__(self) -> Iterator[tuple[int, bytes]]:
-        pending, paused = b"", False
+    def __iter__(self) -> Iterator[tuple[int, bytes | Oversized]]:
+        lines, paused = self._lines(), False
         while True:
             if paused:  # before reading on: is it still the file we were reading?
-                change = self._change(pending)
+                change = self._change(lines.pending)
                 if change == "rotated":
                     # The old file to its end first: what the writer added since the last read,
                     # before the rename, is there and nowhere else (its last line may lack
                     # its newline).
-                    *whole, last = (pending + self._file.read()).split(b"\n")
-                    for raw in whole:
-                        yield from self._advance(raw + b"\n")
-                    if last:
-                        yield from self._advance(last)
+                    while chunk := self._file.read1(CHUNK):
+                        yield from self._advance(lines, lines.push(chunk))
+                    yield from self._advance(lines, lines.end())
                     self._reopen()
-                    pending = b""
+                    lines = self._lines()
                 elif change == "rewritten":  # the partial line belonged to the old contents
                     self._file.seek(0)
                     self.position = Position(self.position.dev, self.position.ino, 0, 0)
-                    pending = b""
-            line = self._file.readline()
-            if line.endswith(b"\n"):
-                raw, pending, paused = pending + line, b"", False
-                yield from self._advance(raw)
+                    lines = self._lines()
+            chunk = self._file.read1(CHUNK)
+            if chunk:
+                got = list(lines.push(chunk))  # at most a chunk's worth: whole lines in it
+                if got:
+                    paused = False
+                    yield from self._advance(lines, got)
                 continue
-            pending += line  # a partial line (or nothing): wait for the rest
+            # Nothing more for now: a partial line (or an oversized one being skipped) waits.
             if not self.follow or not self._regular or self.stop():
-                if pending:  # a last line without a newline
-                    yield from self._advance(pending)
+                yield from self._advance(lines, lines.end())  # a last line without a newline
                 return
             if not paused:
                 self.idle(self.position)
                 paused = True
             time.sleep(self.poll_s)
 
-    def _advance(self, raw: bytes) -> Iterator[tuple[int, bytes]]:
+    def _lines(self) -> LineReader:
+        """Lines from where this file was read to (a line over the cap skipped, unheld)."""
         p = self.position
-        head = p.head
-        if self._regular and len(head) < 2 * HEAD_BYTES:  # still learning the first bytes
-            head = os.pread(self._file.fileno(), min(HEAD_BYTES, p.offset + len(raw)), 0).hex()
-        self.position = Position(p.dev, p.ino, p.offset + len(raw), p.lineno + 1, head)
-        yield self.position.lineno, raw
+        return LineReader(offset=p.offset, lineno=p.lineno, cap=self.max_line)
+
+    def _advance(
+        self, lines: LineReader, got: Iterable[tuple[int, bytes | Oversized]]
+    ) -> Iterator[tuple[int, bytes | Oversized]]:
+        for lineno, raw in got:
+            p = self.position
+            offset = p.offset + (raw.size if isinstance(raw, Oversized) else len(raw))
+            head = p.head
+            if self._regular and len(head) < 2 * HEAD_BYTES:  # still learning the first bytes
+                head = os.pread(self._file.fileno(), min(HEAD_BYTES, offset), 0).hex()
+            self.position = Position(p.dev, p.ino, offset, lineno, head)
+            yield lineno, raw
 
     def _same(self, pos: Position, st: os.stat_result) -> bool:
         """``pos`` is of this open file: same inode, not shorter, the same first bytes."""
@@ -130,7 +143,7 @@ class Tail:
         head = bytes.fromhex(pos.head)
         return os.pread(self._file.fileno(), len(head), 0) == head
 
-    def _change(self, pending: bytes) -> str | None:
+    def _change(self, pending: int) -> str | None:
         """``rotated`` (another file has the name), ``rewritten`` (truncated, or its first
         bytes changed), or None (as it was, or renamed away with no new one yet)."""
         try:
@@ -142,7 +155,7 @@ class Tail:
             self.note(f"{self.path}: replaced (rotated); reading the new file from its start")
             return "rotated"
         fd_st = os.fstat(self._file.fileno())
-        if not self._same(replace(here, offset=here.offset + len(pending)), fd_st):
+        if not self._same(replace(here, offset=here.offset + pending), fd_st):
             self.note(f"{self.path}: truncated or rewritten; reading it again from its start")
             return "rewritten"
         return None

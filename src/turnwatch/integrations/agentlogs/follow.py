@@ -34,9 +34,9 @@ import orjson
 
 from turnwatch.integrations.agentlogs.base import BadRecord, Translator
 from turnwatch.integrations.agentlogs.formats import FORMATS, session_files
-from turnwatch.integrations.agentlogs.lines import CHUNK, LineReader
 from turnwatch.integrations.agentlogs.reader import Problem, Report, parse
 from turnwatch.runtime.events import Event, storable_text
+from turnwatch.runtime.lines import CHUNK, LineReader
 
 #: How many first bytes identify a file's contents (a rewrite in place changes them).
 HEAD_BYTES = 256

@@ -16,8 +16,8 @@ import orjson
 
 from turnwatch.integrations.agentlogs.base import BadRecord, Translator
 from turnwatch.integrations.agentlogs.formats import FORMATS, sniff
-from turnwatch.integrations.agentlogs.lines import CHUNK, LineReader, Oversized
 from turnwatch.runtime.events import Event
+from turnwatch.runtime.lines import CHUNK, LineReader, Oversized
 from turnwatch.runtime.model import TurnwatchError
 
 #: Without ``--format``, a file none of whose first lines is a record of a known CLI is refused.
