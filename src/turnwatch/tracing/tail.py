@@ -95,8 +95,8 @@ class Tail:
                     # before the rename, is there and nowhere else (its last line may lack
                     # its newline).
                     while chunk := self._file.read1(CHUNK):
-                        yield from self._advance(lines, lines.push(chunk))
-                    yield from self._advance(lines, lines.end())
+                        yield from self._advance(lines.push(chunk))
+                    yield from self._advance(lines.end())
                     self._reopen()
                     lines = self._lines()
                 elif change == "rewritten":  # the partial line belonged to the old contents
@@ -108,11 +108,11 @@ class Tail:
                 got = list(lines.push(chunk))  # at most a chunk's worth: whole lines in it
                 if got:
                     paused = False
-                    yield from self._advance(lines, got)
+                    yield from self._advance(got)
                 continue
             # Nothing more for now: a partial line (or an oversized one being skipped) waits.
             if not self.follow or not self._regular or self.stop():
-                yield from self._advance(lines, lines.end())  # a last line without a newline
+                yield from self._advance(lines.end())  # a last line without a newline
                 return
             if not paused:
                 self.idle(self.position)
@@ -125,8 +125,9 @@ class Tail:
         return LineReader(offset=p.offset, lineno=p.lineno, cap=self.max_line)
 
     def _advance(
-        self, lines: LineReader, got: Iterable[tuple[int, bytes | Oversized]]
+        self, got: Iterable[tuple[int, bytes | Oversized]]
     ) -> Iterator[tuple[int, bytes | Oversized]]:
+        """Each line read, with the position after it (a skipped line's bytes counted too)."""
         for lineno, raw in got:
             p = self.position
             offset = p.offset + (raw.size if isinstance(raw, Oversized) else len(raw))
