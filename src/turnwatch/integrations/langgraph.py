@@ -373,8 +373,9 @@ class StoppableGraph:
         waiting = self.awaiting.pop(session, None) or self.stopped_waits.pop(session, None)
         if waiting is not None and isinstance(input, Command) and input.resume is not None:
             resumed = approvals.answer(self.runtime, self.dispatch, session, waiting, input)
-            if resumed is not None and waiting.turn and not waiting.turn.settled.done():
-                return waiting.turn, resumed
+            turn = waiting.turn  # None once a stop settled it
+            if resumed is not None and turn is not None and not turn.settled.done():
+                return turn, resumed
             if resumed is None:  # a paused tool's answer came after the stop: refused
                 await self._answer_dangling(config)  # it never goes on: "not run"
             input = resumed  # None: the run goes on from the answers, to the model
@@ -404,6 +405,7 @@ class StoppableGraph:
             return False
         waiting = approvals.ask(turn, self.dispatch, asked)
         self.awaiting[turn.session.id] = waiting
+        self.stopped_waits.pop(turn.session.id, None)  # an older wait, over now
         turn.settled.add_done_callback(functools.partial(self._stopped, turn.session.id, waiting))
         return True
 
