@@ -337,8 +337,8 @@ class Watchdog:
                     )
             # Each on its own target (one per session or process), so all at once: one behind
             # a runtime whose loop is stuck (the control call's 60 s) or a process's grace
-            # window no longer waits for it.
-            # A bug in one (each says its own failures) lets the others end before it is raised.
+            # window no longer waits for it. A bug in one (each says its own failures) lets the
+            # others end before it is raised.
             ended = await asyncio.gather(*(_awaited(a) for a in actions), return_exceptions=True)
             done = [r for r in ended if isinstance(r, Recovery)]
             if not self.recoverer.dry_run:
