@@ -157,3 +157,42 @@ async def test_a_name_no_file_or_process_can_have_is_refused_naming_the_argument
     assert result.outcome is Outcome.FAILED, result
     assert result.error is not None
     assert named in result.error
+
+
+# --- Glob's and Grep's patterns and paths, as a model writes them ---
+
+
+async def test_an_absolute_glob_pattern_is_read_from_its_root(tmp_path: Path) -> None:
+    """A model often gives the whole path as the pattern. Before: Python's
+    ``NotImplementedError: Non-relative patterns are unsupported``, with a traceback."""
+    (tmp_path / "a.txt").write_text("a")
+    (tmp_path / "b.log").write_text("b")
+    result = await call("Glob", {"pattern": str(tmp_path / "*.txt")})
+    assert result.outcome is Outcome.COMPLETED, result
+    assert result.output == str(tmp_path / "a.txt")
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [pytest.param("", id="empty"), pytest.param("a/**b", id="** inside a name")],
+)
+async def test_a_glob_pattern_python_cannot_take_is_refused_naming_it(
+    pattern: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    result = await call("Glob", {"pattern": pattern})
+    assert result.outcome is Outcome.FAILED, result
+    assert result.error is not None
+    assert "'pattern'" in result.error
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]  # no traceback
+
+
+@pytest.mark.parametrize("tool", ["Glob", "Grep"])
+async def test_a_path_that_does_not_exist_is_said_not_searched(tool: str, tmp_path: Path) -> None:
+    """Before: completed with nothing found (Grep counted the missing path as a file scanned),
+    so the model read "no match" where nothing was there to look in."""
+    missing = tmp_path / "no-such-dir"
+    result = await call(tool, {"pattern": "*" if tool == "Glob" else "x", "path": str(missing)})
+    assert result.outcome is Outcome.FAILED, result
+    assert result.error is not None
+    assert str(missing) in result.error
+    assert "does not exist" in result.error

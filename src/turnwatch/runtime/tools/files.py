@@ -136,15 +136,25 @@ async def glob(ctx: ToolContext) -> HostResult:
     root = Path(name_arg(ctx.args, "path", "."))
     pattern = name_arg(ctx.args, "pattern")
     most = count_arg(ctx.args, "max_results", 1000)
+    if os.path.isabs(pattern):  # a model's whole path (pathlib takes none): from its root
+        anchor = Path(pattern).anchor
+        root, pattern = Path(anchor), pattern[len(anchor) :]
+    if not pattern:
+        raise ToolArgumentError("argument 'pattern' is empty: it names nothing to match")
     _started(ctx)
 
     def matches() -> Iterator[str]:
-        for p in root.glob(pattern):
-            if ctx.cancelled.is_set():
-                return
-            yield str(p)
+        try:
+            for p in root.glob(pattern):
+                if ctx.cancelled.is_set():
+                    return
+                yield str(p)
+        except ValueError as exc:  # pathlib reads the pattern as it starts: "a/**b"
+            raise ToolArgumentError(f"argument 'pattern' {pattern!r}: {exc}") from None
 
     def work() -> HostResult:
+        if not root.exists():  # nothing found, said so, would read as "no match"
+            return HostResult(HostStatus.ERROR, error=f"{root} does not exist")
         # The first most + 1 in order, however many match: memory bounded by the count asked.
         found = heapq.nsmallest(most + 1, matches())
         if ctx.cancelled.is_set():
@@ -175,6 +185,8 @@ async def grep(ctx: ToolContext) -> HostResult:
     _started(ctx)
 
     def work() -> HostResult:
+        if not os.path.exists(root):  # it was "scanned", and nothing matched in it
+            return HostResult(HostStatus.ERROR, error=f"{root} does not exist")
         if not os.path.isdir(root) and (refused := _held(Path(root))):
             return refused  # named explicitly (under a directory, it is passed by)
         matches: list[str] = []
