@@ -50,6 +50,7 @@ async def test_a_read_cut_by_its_limit_says_so_and_cuts_no_character(tmp_path: P
 
     cut = await call("Read", {"path": str(path), "limit": 1000})  # inside the 334th character
     whole = await call("Read", {"path": str(path), "limit": 9000})
+    roomy = await call("Read", {"path": str(path)})  # the default limit, 1 MiB
 
     text, _, note = cut.output.partition("\n[")
     assert text == ("日本語" * 1000)[:333]
@@ -60,6 +61,9 @@ async def test_a_read_cut_by_its_limit_says_so_and_cuts_no_character(tmp_path: P
     assert whole.output == "日本語" * 1000
     assert whole.data is not None
     assert whole.data["truncated"] is False
+    # How many bytes were read (it said the limit, read or not).
+    assert (cut.data["bytes"], whole.data["bytes"]) == (1000, 9000)
+    assert roomy.data == {"truncated": False, "bytes": 9000}
 
 
 @pytest.mark.parametrize("max_matches", [0, -5, True])

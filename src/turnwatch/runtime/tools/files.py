@@ -125,7 +125,8 @@ async def read(ctx: ToolContext) -> HostResult:
         )
         if truncated:
             text += f"\n[… the file goes on past the {limit:,} bytes read (limit) …]\n"
-        return HostResult(HostStatus.OK, text, data={"truncated": truncated, "bytes": limit})
+        read = min(len(data), limit)
+        return HostResult(HostStatus.OK, text, data={"truncated": truncated, "bytes": read})
 
     return await _race(ctx, run_in_worker(ctx, work, f"Read {ctx.request.call_id}"))
 
