@@ -4,8 +4,10 @@ its status and nothing stored."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -16,9 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tests.conftest import free_port
 from turnwatch import names
+from turnwatch.exporters import http as http_server
+from turnwatch.runtime.events import Event
+from turnwatch.tracing.eventsapi import EventsApp
 
 ORIGIN = "http://ui.example"
 TOKEN = "s3cret-token"
@@ -189,3 +195,63 @@ def test_a_batch_the_ledger_could_not_commit_is_not_said_recorded(server: tuple[
         assert time.monotonic() < deadline, body
         time.sleep(0.5)
     assert stored(ledger) == 4  # the backlog's and the retry's, once
+
+
+def chunked(base: str, parts: list[bytes]) -> tuple[int, dict[str, object]]:
+    conn = http.client.HTTPConnection(base.removeprefix("http://"), timeout=10)
+    try:
+        conn.request(
+            "POST",
+            "/v1/events",
+            body=iter(parts),
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-ndjson"},
+            encode_chunked=True,
+        )
+        reply = conn.getresponse()
+        return reply.status, json.loads(reply.read())
+    finally:
+        conn.close()
+
+
+def test_a_chunked_body_is_read_not_taken_for_an_empty_one(server: tuple[str, Path]) -> None:
+    """A body sent chunked (no Content-Length: a streaming client, ``curl -T -``) was read as
+    empty and answered 200 ``{"accepted": 0}``: the client dropped events the server never
+    saw. Now its chunks are read (bounded by ``--max-body`` as they come)."""
+    base, ledger = server
+    batch = stop_and_idle(time.time())
+    assert chunked(base, [batch[:100], batch[100:]]) == (200, {"accepted": 4})
+    assert stored(ledger) == 4
+    status, said = chunked(base, [b"x" * 40000, b"x" * 40000])  # over --max-body 65536
+    assert status == 413, said
+    assert stored(ledger) == 4
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"zz\r\nabc\r\n0\r\n\r\n", id="a size that is not hex"),
+        pytest.param(b"10\r\nabc\r\n0\r\n\r\n", id="a chunk shorter than its size"),
+        pytest.param(b"3\r\nabcXX0\r\n\r\n", id="a chunk not ended by CRLF"),
+    ],
+)
+def test_a_chunked_body_framed_wrong_is_a_400_and_records_nothing(body: bytes) -> None:
+    recorded: list[list[Event]] = []
+    server, port = http_server.serve(
+        CollectorRegistry(), "127.0.0.1:0", routes={"/v1/events": EventsApp(recorded.append)}
+    )
+    try:
+        conn = socket.create_connection(("127.0.0.1", port))
+        conn.sendall(
+            b"POST /v1/events HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+        )
+        conn.shutdown(socket.SHUT_WR)  # all of it sent: a short chunk is short, not late
+        conn.settimeout(10)
+        reply = b""
+        while part := conn.recv(4096):
+            reply += part
+        conn.close()
+    finally:
+        http_server.stop(server)
+    assert reply.split(b"\r\n", 1)[0].endswith(b"400 Bad Request"), reply
+    assert b"malformed chunked body" in reply
+    assert recorded == []

@@ -11,7 +11,7 @@ A WSGI application. What it answers:
   time (another writer holds its lock, the disk is full) or dropped some of it; send it again
   (events sent twice are kept once).
 - ``408`` when the body stops arriving (the server's ``CLIENT_TIMEOUT_S``): nothing recorded.
-- ``413`` over ``max_bytes``, read no further; ``401`` without the bearer token when one is set;
+- ``413`` over ``max_bytes``, read no further (a chunked body is read as its chunks come); ``401`` without the bearer token when one is set;
   ``403`` from another origin than the server's own that is not on the allow-list (a browser
   sends ``Origin`` with every POST, so a page served beside the endpoint, as turnwatch's live page
   is, needs no entry); ``405`` for any other method; ``404``
@@ -84,19 +84,9 @@ class EventsApp:
             return _reply(start, "405 Method Not Allowed", {"error": "POST only"}, cors)
         if self.token is not None and not bearer_ok(environ, self.token):
             return _reply(start, "401 Unauthorized", {"error": "a bearer token is required"}, cors)
+        too_large = {"error": f"the body is over the {self.max_bytes}-byte limit (or unsized)"}
         try:
-            size = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            size = -1
-        if size < 0 or size > self.max_bytes:
-            return _reply(
-                start,
-                "413 Content Too Large",
-                {"error": f"the body is over the {self.max_bytes}-byte limit (or unsized)"},
-                cors,
-            )
-        try:
-            body = environ["wsgi.input"].read(size) if size else b""
+            body = _body(environ, self.max_bytes)
         except (TimeoutError, ConnectionError):  # the client went silent mid-body, or away
             return _reply(
                 start,
@@ -104,6 +94,10 @@ class EventsApp:
                 {"error": "the body did not arrive in time; nothing was recorded"},
                 cors,
             )
+        except ValueError as exc:  # a chunked body whose framing is not HTTP's
+            return _reply(start, "400 Bad Request", {"error": str(exc), "accepted": 0}, cors)
+        if body is None:
+            return _reply(start, "413 Content Too Large", too_large, cors)
         events, bad = parse_body(body)
         if bad:
             lines = [{"line": b.lineno, "reason": b.reason} for b in bad[:100]]
@@ -137,6 +131,48 @@ def recorder(telemetry: Telemetry, ledger: Ledger) -> Callable[[list[Event]], No
                 )
 
     return record
+
+
+def _body(environ: dict[str, Any], most: int) -> bytes | None:
+    """The request's body, or None over ``most`` bytes (or unsized). A chunked one (no
+    Content-Length: a streaming client, ``curl -T -``) is read too: taken for an empty body, it
+    was answered "accepted": 0, and the client dropped events never recorded."""
+    stream = environ["wsgi.input"]
+    if environ.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked":
+        if environ.get("wsgi.input_terminated"):  # a server that decoded it (gunicorn)
+            data: bytes = stream.read(most + 1)
+            return data if len(data) <= most else None
+        return _dechunk(stream, most)
+    try:
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return None
+    if size < 0 or size > most:
+        return None
+    return stream.read(size) if size else b""
+
+
+def _dechunk(stream: Any, most: int) -> bytes | None:
+    """HTTP/1.1 chunked framing (RFC 9112 §7.1), read to its last chunk and trailers; None
+    once over ``most`` bytes."""
+    out = bytearray()
+    while True:
+        head = stream.readline(1024)
+        try:
+            size = int(head.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise ValueError(f"malformed chunked body: chunk size {head[:40]!r}") from None
+        if size == 0:
+            break
+        if size < 0 or len(out) + size > most:
+            return None
+        chunk = stream.read(size)
+        if len(chunk) != size or stream.read(2) != b"\r\n":
+            raise ValueError("malformed chunked body: a chunk is not its size, or not ended")
+        out += chunk
+    while stream.readline(1024).strip():  # trailers, until the empty line
+        pass
+    return bytes(out)
 
 
 def parse_body(body: bytes) -> tuple[list[Event], list[BadLine]]:
