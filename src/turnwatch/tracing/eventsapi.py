@@ -11,11 +11,12 @@ A WSGI application. What it answers:
   time (another writer holds its lock, the disk is full) or dropped some of it; send it again
   (events sent twice are kept once).
 - ``408`` when the body stops arriving (the server's ``CLIENT_TIMEOUT_S``): nothing recorded.
-- ``413`` over ``max_bytes``, read no further (a chunked body is read as its chunks come); ``401`` without the bearer token when one is set;
-  ``403`` from another origin than the server's own that is not on the allow-list (a browser
-  sends ``Origin`` with every POST, so a page served beside the endpoint, as turnwatch's live page
-  is, needs no entry); ``405`` for any other method; ``404``
-  elsewhere. A preflight ``OPTIONS`` from an allowed origin gets the CORS headers.
+- ``413`` over ``max_bytes``, read no further (a chunked body is read as its chunks come);
+  ``401`` without the bearer token when one is set; ``403`` from another origin than the
+  server's own that is not on the allow-list (a browser sends ``Origin`` with every POST, so a
+  page served beside the endpoint, as turnwatch's live page is, needs no entry); ``405`` for
+  any other method; ``404`` elsewhere. A preflight ``OPTIONS`` from an allowed origin gets the
+  CORS headers.
 """
 
 from __future__ import annotations
