@@ -30,6 +30,7 @@ from turnwatch.runtime.messages import (
     OutputTail,
     coalesced,
     progress_attrs,
+    recorded_error,
     started_attrs,
 )
 from turnwatch.runtime.model import (
@@ -445,7 +446,7 @@ class Call:
                 names.TOOL_RESULT_DISCARDED if outcome is Outcome.DISCARDED else names.TOOL_FINISHED
             )
             if error is not None:
-                attrs[names.K_ERROR] = error
+                attrs[names.K_ERROR] = recorded_error(error)
             self.emit(kind, outcome=outcome.value, **attrs)
         self.turn.call_done(self)
         return True

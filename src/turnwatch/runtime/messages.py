@@ -17,6 +17,9 @@ from turnwatch.runtime.protocol import Progress, Started
 OUTPUT_CAP = 256 * 1024
 #: How much of one progress chunk goes into its event.
 PROGRESS_TEXT_CAP = 256
+#: How much of a call's error text goes into its event (the caller gets it whole): 20 MB of a
+#: server's message went into the ledger's row and the span, whose OTLP batch it then failed.
+ERROR_TEXT_CAP = 4096
 #: At most one ``tool.progress`` per call this often (seconds): the heartbeat, however often the
 #: host reports. What is between goes into the call's output, not into the ledger.
 PROGRESS_EVERY_S = 0.05
@@ -87,3 +90,11 @@ def progress_attrs(message: Progress) -> dict[str, Any]:
     if message.total is not None:
         attrs[names.K_TOTAL] = message.total
     return attrs
+
+
+def recorded_error(text: str) -> str:
+    """A call's error as its event keeps it: its first :data:`ERROR_TEXT_CAP` characters, and
+    how many more there were."""
+    if len(text) <= ERROR_TEXT_CAP:
+        return text
+    return f"{text[:ERROR_TEXT_CAP]}… ({len(text) - ERROR_TEXT_CAP:,} more characters)"
