@@ -143,9 +143,11 @@ async def test_a_change_through_a_symlink_changes_its_target_and_keeps_the_link(
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root may give a file to another user")
 async def test_a_changed_file_keeps_its_owner(tmp_path: Path) -> None:
     """A runtime run as root editing a user's file: it stayed root's."""
-    target = tmp_path / "theirs.txt"
-    target.write_text("old\n")
+    target = tmp_path / "theirs.sh"
+    target.write_text("echo old\n")
     os.chown(target, 65534, 65534)
+    target.chmod(0o4755)  # set-uid: a chown after the chmod would clear it
     result = await edit(target, old="old", new="new")
     assert result.outcome is Outcome.COMPLETED, result
     assert (target.stat().st_uid, target.stat().st_gid) == (65534, 65534)
+    assert target.stat().st_mode & 0o7777 == 0o4755

@@ -310,11 +310,12 @@ def atomic_write(path: Path, data: bytes, on_chunk: Callable[[int, int], None]) 
         was = None
     fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
     try:
-        # mkstemp makes it 0600: renamed over, a script lost its x bit, a config its readers.
-        os.fchmod(fd, stat.S_IMODE(was.st_mode) if was is not None else 0o666 & ~_umask())
         if was is not None and (was.st_uid, was.st_gid) != (os.geteuid(), os.getegid()):
             with contextlib.suppress(PermissionError):  # only root may give it away
                 os.fchown(fd, was.st_uid, was.st_gid)
+        # mkstemp makes it 0600: renamed over, a script lost its x bit, a config its readers.
+        # After the chown, which clears set-id bits.
+        os.fchmod(fd, stat.S_IMODE(was.st_mode) if was is not None else 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             for off in range(0, len(data), WRITE_CHUNK):
                 fh.write(data[off : off + WRITE_CHUNK])
