@@ -101,6 +101,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def exchange(port: int, request: bytes, *, half_close: bool = False, timeout: float = 10) -> bytes:
+    """Send ``request`` as it is to 127.0.0.1:``port`` and read the reply to its end (a
+    request no HTTP client would send: half a body, a chunked one framed wrong). ``half_close``:
+    say the request is all sent (a short body is then short, not late)."""
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(request)
+        if half_close:
+            conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(timeout)
+        reply = b""
+        while part := conn.recv(4096):
+            reply += part
+    return reply
+
+
 def wait_until(cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
     """Poll ``cond`` until true (processes have no event to wait on); fail after ``timeout``."""
     deadline = time.monotonic() + timeout

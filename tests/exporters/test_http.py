@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.conftest import exchange, wait_until
 from turnwatch.exporters import http
 from turnwatch.runtime.events import Event
 from turnwatch.tracing.eventsapi import PATH, EventsApp
@@ -57,17 +57,14 @@ def test_a_client_that_sends_nothing_is_let_go(
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
     for conn in idle[::2]:
         conn.sendall(b"GET /metrics HTTP/1.1\r\n")  # half a request, then nothing
-    time.sleep(0.1)
     # Meanwhile, a scrape is answered.
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         assert resp.status == 200
     assert all(closed_by_server(conn) for conn in idle)
     for conn in idle:
         conn.close()
-    deadline = time.monotonic() + 5
-    while threading.active_count() > before and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert threading.active_count() <= before  # each client's thread ended with it
+    # Each client's thread ended with it.
+    wait_until(lambda: threading.active_count() <= before, what="the clients' threads to end")
     assert "Traceback" not in capfd.readouterr().err
 
 
@@ -80,17 +77,13 @@ def test_a_body_that_stops_halfway_is_a_408_and_records_nothing(
         CollectorRegistry(), "127.0.0.1:0", routes={PATH: EventsApp(recorded.append)}
     )
     try:
-        conn = socket.create_connection(("127.0.0.1", port))
-        conn.sendall(
+        reply = exchange(
+            port,
             f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\n"
             "Content-Length: 1000\r\n\r\n".encode()
-            + b'{"kind": "turn.started"'  # and then nothing
+            + b'{"kind": "turn.started"',  # and then nothing
+            timeout=5,
         )
-        conn.settimeout(5)
-        reply = b""
-        while chunk := conn.recv(4096):
-            reply += chunk
-        conn.close()
     finally:
         http.stop(server)
     head, _, body = reply.partition(b"\r\n\r\n")
@@ -115,10 +108,9 @@ def test_a_client_that_stops_reading_its_answer_is_let_go_quietly(
         conn = socket.create_connection(("127.0.0.1", port))
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         conn.sendall(b"GET /big HTTP/1.0\r\n\r\n")  # and never reads
-        deadline = time.monotonic() + 5 + 10 * TIMEOUT_S
-        while threading.active_count() > before + 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert threading.active_count() <= before + 1  # the server's own thread alone
+        wait_until(  # the server's own thread alone
+            lambda: threading.active_count() <= before + 1, what="the reader's thread to end"
+        )
         conn.close()
     finally:
         http.stop(server)

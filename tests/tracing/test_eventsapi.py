@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.client
 import json
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.conftest import free_port
+from tests.conftest import exchange, free_port
 from turnwatch import names
 from turnwatch.exporters import http as http_server
 from turnwatch.runtime.events import Event
@@ -239,17 +238,9 @@ def test_a_chunked_body_framed_wrong_is_a_400_and_records_nothing(body: bytes) -
     server, port = http_server.serve(
         CollectorRegistry(), "127.0.0.1:0", routes={"/v1/events": EventsApp(recorded.append)}
     )
+    request = b"POST /v1/events HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     try:
-        conn = socket.create_connection(("127.0.0.1", port))
-        conn.sendall(
-            b"POST /v1/events HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + body
-        )
-        conn.shutdown(socket.SHUT_WR)  # all of it sent: a short chunk is short, not late
-        conn.settimeout(10)
-        reply = b""
-        while part := conn.recv(4096):
-            reply += part
-        conn.close()
+        reply = exchange(port, request + body, half_close=True)
     finally:
         http_server.stop(server)
     assert reply.split(b"\r\n", 1)[0].endswith(b"400 Bad Request"), reply
