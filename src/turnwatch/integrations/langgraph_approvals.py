@@ -126,10 +126,7 @@ def let_go(dispatch: Dispatcher, session: str, waiting: Awaiting) -> None:
     so their slots go, with the ids their resumptions would have run under; a late resume is
     refused from ``waiting``'s calls alone (:func:`answer`)."""
     waiting.turn = None
-    for cid in waiting.calls:
-        slot = dispatch.slots.pop((session, cid), None)
-        if slot is not None and not slot.handler.done():
-            slot.handler.cancel()
+    dispatch.release(session, waiting.calls)
     for key in [k for k, v in dispatch.renamed.items() if k[0] == session and v in waiting.resumes]:
         del dispatch.renamed[key]
 

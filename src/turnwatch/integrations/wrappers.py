@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from mcp import ClientSession
@@ -241,10 +241,15 @@ class Dispatcher:
         session = turn.session.id
         if waiting.get(session) is turn:
             del waiting[session]
-        for cid in turn.calls:
+        self.release(session, turn.calls)
+
+    def release(self, session: str, calls: Iterable[str]) -> None:
+        """The slots of ``calls``, resolved without the framework running them (a stop settled
+        their turn): dropped, a handler still awaited cancelled (no framework run takes it)."""
+        for cid in calls:
             slot = self.slots.pop((session, cid), None)
             if slot is not None and not slot.handler.done():
-                slot.handler.cancel()  # the call is resolved: no framework run will take it
+                slot.handler.cancel()
 
     def add_tools(self, names: Sequence[str]) -> None:
         for name in names:
