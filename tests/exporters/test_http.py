@@ -5,6 +5,7 @@ ended in a traceback. Each is now let go after ``CLIENT_TIMEOUT_S``, quietly."""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import threading
@@ -115,3 +116,19 @@ def test_a_client_that_stops_reading_its_answer_is_let_go_quietly(
     finally:
         http.stop(server)
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_chunked_body_reads_as_its_data_however_it_is_asked_for() -> None:
+    """wsgi.input of a chunked request: its chunks' data, by read(), read(n) or line by line."""
+    body = b"4\r\nab\nc\r\n3;ext=1\r\nd\nx\r\n0\r\nTrailer: t\r\n\r\n"
+    assert http.Dechunked(io.BytesIO(body)).read() == b"ab\ncd\nx"
+    reader = http.Dechunked(io.BytesIO(body))
+    assert [reader.read(3), reader.read(3), reader.read(3), reader.read(3)] == [
+        b"ab\n",
+        b"cd\n",
+        b"x",
+        b"",
+    ]
+    assert list(http.Dechunked(io.BytesIO(body))) == [b"ab\n", b"cd\n", b"x"]
+    with pytest.raises(ValueError, match="chunk size"):
+        http.Dechunked(io.BytesIO(b"-5\r\nabcde\r\n0\r\n\r\n")).read()

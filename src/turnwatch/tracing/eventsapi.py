@@ -135,15 +135,16 @@ def recorder(telemetry: Telemetry, ledger: Ledger) -> Callable[[list[Event]], No
 
 
 def _body(environ: dict[str, Any], most: int) -> bytes | None:
-    """The request's body, or None over ``most`` bytes (or unsized). A chunked one (no
-    Content-Length: a streaming client, ``curl -T -``) is read too: taken for an empty body, it
-    was answered "accepted": 0, and the client dropped events never recorded."""
+    """The request's body, or None over ``most`` bytes (or unsized). A chunked one is read as
+    the server decodes it (``wsgi.input_terminated``: this package's server, gunicorn); a
+    server that hands over the raw chunks could only have it read as empty, and a client then
+    drops events never recorded: refused as unsized."""
     stream = environ["wsgi.input"]
-    if environ.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked":
-        if environ.get("wsgi.input_terminated"):  # a server that decoded it (gunicorn)
-            data: bytes = stream.read(most + 1)
-            return data if len(data) <= most else None
-        return _dechunk(stream, most)
+    if environ.get("wsgi.input_terminated"):
+        data: bytes = stream.read(most + 1)
+        return data if len(data) <= most else None
+    if environ.get("HTTP_TRANSFER_ENCODING"):
+        return None
     try:
         size = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
@@ -151,29 +152,6 @@ def _body(environ: dict[str, Any], most: int) -> bytes | None:
     if size < 0 or size > most:
         return None
     return stream.read(size) if size else b""
-
-
-def _dechunk(stream: Any, most: int) -> bytes | None:
-    """HTTP/1.1 chunked framing (RFC 9112 §7.1), read to its last chunk and trailers; None
-    once over ``most`` bytes."""
-    out = bytearray()
-    while True:
-        head = stream.readline(1024)
-        try:
-            size = int(head.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise ValueError(f"malformed chunked body: chunk size {head[:40]!r}") from None
-        if size == 0:
-            break
-        if size < 0 or len(out) + size > most:
-            return None
-        chunk = stream.read(size)
-        if len(chunk) != size or stream.read(2) != b"\r\n":
-            raise ValueError("malformed chunked body: a chunk is not its size, or not ended")
-        out += chunk
-    while stream.readline(1024).strip():  # trailers, until the empty line
-        pass
-    return bytes(out)
 
 
 def parse_body(body: bytes) -> tuple[list[Event], list[BadLine]]:
