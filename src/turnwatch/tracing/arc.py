@@ -27,7 +27,7 @@ from typing import Any
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
-from turnwatch.tracing import codec
+from turnwatch.tracing.rows import UnreadableRow, event_of
 
 READY, WORKING, WAITING = "ready", "working", "waiting"
 #: The most events an arc is read from (the newest).
@@ -134,8 +134,10 @@ def read_arc(conn: sqlite3.Connection, session: str, *, limit: int = ARC_MAX) ->
         (session, *KINDS, limit + 1),
     ).fetchall()
     cut = len(rows) > limit
-    events = [
-        Event(r[0], session, r[1], None, r[2], r[3], None, codec.loads_stored(r[4]))
-        for r in reversed(rows[:limit])
-    ]
+    events = []
+    for kind, ts, turn, call, attrs in reversed(rows[:limit]):
+        try:
+            events.append(event_of(0, kind, session, ts, attrs, turn=turn, call=call))
+        except UnreadableRow:  # damaged; said by the readers of the whole timeline
+            continue
     return arc_of(events, cut=cut)

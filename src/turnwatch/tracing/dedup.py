@@ -8,6 +8,7 @@ import sqlite3
 
 from turnwatch.runtime.events import Event
 from turnwatch.tracing import codec
+from turnwatch.tracing.rows import UnreadableRow, event_of
 
 __all__ = ["dedup_key", "forget_keys", "ingested_keys", "legacy_key"]
 
@@ -58,8 +59,11 @@ def ingested_keys(
         sql = f"{_KEYS_ROWS}({','.join('?' * len(part))})"
         rows = conn.execute(sql, codec.storable_rows(part))  # ids as the ledger keeps them
         for session, ts, kind, turn, call, tool, attrs in rows:
-            attrs = codec.loads_stored(attrs)
-            key = dedup_key(Event(kind, session, ts, turn=turn, call=call, tool=tool, attrs=attrs))
+            try:
+                ev = event_of(0, kind, session, ts, attrs, turn=turn, call=call, tool=tool)
+            except UnreadableRow:  # damaged: its key is not known, and is left behind
+                continue
+            key = dedup_key(ev)
             keys = out.setdefault(session, [])
             keys.append(key)
             if legacy:

@@ -9,7 +9,7 @@ import contextlib
 import errno
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from turnwatch.runtime.fold import Step
 from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import batchsql, codec
 from turnwatch.tracing.dedup import legacy_key
+from turnwatch.tracing.rows import read_events as read_events  # its home before rows
 from turnwatch.tracing.summary import COLUMNS, Summary
 
 #: 2 added the calls' containment columns; 3 the fold's stop and abort instants (rpc_ts,
@@ -393,44 +394,6 @@ def _unseen(
         fresh.append(ev)
     _INSERT_KEYS(conn, new_keys)
     return fresh
-
-
-def read_events(
-    conn: sqlite3.Connection,
-    *,
-    after_seq: int = 0,
-    session: str | None = None,
-    turn: str | None = None,
-    limit: int | None = None,
-) -> Iterator[tuple[int, Event]]:
-    """Events in order, as ``(seq, Event)``."""
-    sql = "SELECT * FROM events WHERE seq > ?"
-    args: list[Any] = [after_seq]
-    if session is not None:
-        sql += " AND session = ?"
-        args.append(session)
-    if turn is not None:
-        sql += " AND turn = ?"
-        args.append(turn)
-    sql += " ORDER BY seq"
-    if limit is not None:
-        sql += f" LIMIT {int(limit)}"
-    for r in conn.execute(sql, args):
-        yield (
-            r["seq"],
-            Event(
-                kind=r["kind"],
-                session=r["session"],
-                ts_unix=r["ts_unix"],
-                mono_ns=r["mono_ns"],
-                turn=r["turn"],
-                call=r["call"],
-                tool=r["tool"],
-                attrs=codec.loads_stored(r["attrs_json"]),
-                trace_id=r["trace_id"],
-                span_id=r["span_id"],
-            ),
-        )
 
 
 def file_id(path: Path) -> tuple[int, int] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -9,6 +10,12 @@ from pathlib import Path
 from turnwatch.runtime.events import Event
 from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect, read_events
 from turnwatch.tracing.ledger_file import file_id
+from turnwatch.tracing.rows import UnreadableRow
+
+log = logging.getLogger("turnwatch.ledger")
+
+#: Unreadable rows said one by one; past these, counted (``left_out``) and said no more.
+MAX_SAID = 10
 
 
 class LedgerFollower:
@@ -17,7 +24,8 @@ class LedgerFollower:
     With ``say`` (a service's loop), a ledger that cannot be read is said once per outage and
     read again at the next poll, from where it stopped: a program that runs for months outlives
     a file being replaced or a disk failing for a while. Without, :meth:`poll` raises
-    :class:`LedgerError`.
+    :class:`LedgerError`. A row no event can be made of (:mod:`~turnwatch.tracing.rows`) is
+    said, to ``say`` or else the log, and passed: the events after it are fed.
     """
 
     def __init__(
@@ -31,6 +39,7 @@ class LedgerFollower:
         self.say = say
         self.seq = 0
         self.unread: str | None = None  # why the ledger could not be read, while it cannot
+        self.left_out = 0  # rows no event could be made of (tracing.rows), passed
         self._file: tuple[int, int] | None = None  # the file ``seq`` is a place in
 
     def poll(self) -> int:
@@ -60,13 +69,27 @@ class LedgerFollower:
         try:
             self._same_file(conn)
             n = 0
-            for seq, ev in read_events(conn, after_seq=self.seq):
+            for seq, ev in read_events(conn, after_seq=self.seq, on_bad=self._left_out):
                 self.observe(ev)
                 self.seq = seq
                 n += 1
             return n
         finally:
             conn.close()
+
+    def _left_out(self, bad: UnreadableRow) -> None:
+        """A row no event can be made of: said, and passed (read again, it would be said at
+        every poll, and a follower stopped at it would follow nothing after it)."""
+        self.seq = max(self.seq, bad.seq)
+        self.left_out += 1
+        if self.left_out <= MAX_SAID:
+            said = f"following the ledger: {self.path}: {bad}"
+            (self.say or log.warning)(said)
+        elif self.left_out == MAX_SAID + 1:
+            (self.say or log.warning)(
+                f"following the ledger: {self.path}: more unreadable events; left out, counted "
+                "unsaid"
+            )
 
     def _same_file(self, conn: sqlite3.Connection) -> None:
         """A new file at the path (a rotation: the writer writes at its path again) is followed

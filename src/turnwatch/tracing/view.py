@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -14,7 +14,7 @@ from turnwatch.runtime.fold import CALL_COLUMNS, CallState, SessionState
 from turnwatch.runtime.model import SessionStatus
 from turnwatch.tracing import codec
 from turnwatch.tracing.batchsql import select_in
-from turnwatch.tracing.ledger_file import read_events
+from turnwatch.tracing.rows import UnreadableRow, read_events
 
 #: A stop whose ``agent.abort`` is still pending after this long pins the session.
 RPC_STUCK_AFTER_S = 15.0
@@ -289,16 +289,24 @@ def find_turn(conn: sqlite3.Connection, ident: str) -> tuple[str, str] | None:
     return (row["session"], row["turn"]) if row else None
 
 
-def timeline(conn: sqlite3.Connection, session: str, turn: str) -> list[Event]:
-    """Every event of one turn, in order (the stop's timeline is its tail from the click)."""
-    return [ev for _seq, ev in read_events(conn, session=session, turn=turn)]
+def timeline(
+    conn: sqlite3.Connection,
+    session: str,
+    turn: str,
+    on_bad: Callable[[UnreadableRow], object] | None = None,
+) -> list[Event]:
+    """Every event of one turn, in order (the stop's timeline is its tail from the click); a
+    row no event can be made of raises, or, given ``on_bad``, is handed to it and left out."""
+    return [ev for _seq, ev in read_events(conn, session=session, turn=turn, on_bad=on_bad)]
 
 
 def producer(conn: sqlite3.Connection, session: str) -> str | None:
     """Who wrote the session's events, as its last ``runtime.started`` says (``attrs.source``:
     an agent CLI, or an integration), or None."""
     row = conn.execute(
-        "SELECT json_extract(attrs_json, '$.source') FROM events "
+        # Attributes that are no JSON (a damaged row) make json_extract raise: CASE asks first.
+        "SELECT CASE WHEN json_valid(attrs_json) THEN json_extract(attrs_json, '$.source') END "
+        "FROM events "
         "WHERE session = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
         (session, names.RUNTIME_STARTED),
     ).fetchone()

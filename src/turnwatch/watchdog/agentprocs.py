@@ -30,8 +30,8 @@ from turnwatch import names
 from turnwatch.runtime.events import Event, EventSink
 from turnwatch.runtime.model import FindingKind, ToolClass
 from turnwatch.runtime.procfs import Proc, ProcessTable
-from turnwatch.tracing import codec
 from turnwatch.tracing.batchsql import select_in
+from turnwatch.tracing.rows import attrs_of
 from turnwatch.watchdog.agentmatch import (
     CLI_NAMES,
     cwd_of,
@@ -165,7 +165,7 @@ class Attributor:
             "SELECT attrs_json FROM events WHERE session = ? AND kind = ? ORDER BY seq",
             (session, names.RUNTIME_STARTED),
         ):
-            a = codec.loads_stored(raw)  # a path's surrogate is an escape orjson refuses
+            a = attrs_of(raw) or {}  # a damaged row's attributes are none
             if a.get(names.K_SOURCE) in CLI_NAMES and isinstance(a.get(names.K_PROJECT), str):
                 found = (a[names.K_SOURCE], a[names.K_PROJECT], a.get(names.K_LOG))
         self._meta[session] = found
@@ -364,7 +364,8 @@ def _background_call(conn: Any, session: str, turn: str, started: float) -> str 
         "SELECT e.call, c.requested_ts, c.ended_ts FROM events e JOIN calls c "
         "ON c.session = e.session AND c.call = e.call "
         "WHERE e.session = ? AND e.turn = ? AND e.kind = ? "
-        "AND json_extract(e.attrs_json, '$.background') = 1",
+        "AND CASE WHEN json_valid(e.attrs_json) THEN json_extract(e.attrs_json, '$.background') "
+        "END = 1",
         (session, turn, names.TOOL_REQUESTED),
     ):
         begin = r["requested_ts"] or 0.0

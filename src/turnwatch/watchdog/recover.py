@@ -29,7 +29,8 @@ from turnwatch.runtime.model import (
     TurnOutcome,
 )
 from turnwatch.runtime.procfs import ProcessTable
-from turnwatch.tracing import codec, view
+from turnwatch.tracing import view
+from turnwatch.tracing.rows import attrs_of
 from turnwatch.watchdog import control_client
 from turnwatch.watchdog.scan import Action, Finding
 from turnwatch.watchdog.signals import Guard, Target, candidates, members
@@ -251,7 +252,9 @@ class Recoverer:
                 "AND call IS ? ORDER BY seq DESC",
                 (names.TOOLS_ABORT_SENT, f.session, f.call),
             ):
-                attrs = codec.loads_stored(raw)
+                attrs = attrs_of(raw)
+                if attrs is None:  # a damaged row: no window to read in it
+                    continue
                 kill_at = attrs.get(names.K_KILL_AT)
                 if not isinstance(kill_at, (int, float)):
                     continue

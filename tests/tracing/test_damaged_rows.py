@@ -1,0 +1,101 @@
+"""An event row no event can be made of (its attributes not a JSON object, its time not a
+number, an id that is no text: a disk's damage, a hand's edit) is left out and said, with its
+place; every other row is read. Before, one such row raised from every reader: the metrics
+service and the watchdog would not start, explain printed a traceback, prune could never run.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.watchdog.helpers import pinned_ledger
+from turnwatch import names
+from turnwatch.tracing.arc import read_arc
+from turnwatch.tracing.dedup import ingested_keys
+from turnwatch.tracing.ledger import connect, read_events
+from turnwatch.tracing.ledger_follower import LedgerFollower
+from turnwatch.tracing.rows import UnreadableRow
+from turnwatch.tracing.view import producer
+
+#: Each way a row can be damaged, as SQL setting the columns of one row.
+DAMAGE = {
+    "attrs not JSON": "attrs_json = 'not json'",
+    "attrs a list": "attrs_json = '[1, 2]'",
+    "ts text": "ts_unix = 'yesterday'",
+    "session a blob": "session = x'00ff'",
+    "kind a blob": "kind = x'07'",
+    "turn a blob": "turn = x'ff'",
+    "mono_ns text": "mono_ns = 'soon'",
+    "trace_id a blob": "trace_id = x'01'",
+}
+
+
+def damage(path: Path, what: str, seq: int) -> None:
+    """Set one row's columns as no writer of turnwatch ever does (the file, as SQLite sees
+    it, is sound: only the row's content is not an event)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"UPDATE events SET {DAMAGE[what]} WHERE seq = ?", (seq,))
+    conn.close()
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.sqlite3"
+    pinned_ledger(path)  # four events: runtime.started, turn.started, stop.clicked, rpc
+    return path
+
+
+@pytest.mark.parametrize("what", DAMAGE)
+def test_read_events_says_which_row_and_why_then_reads_the_rest(ledger: Path, what: str) -> None:
+    damage(ledger, what, 2)
+    conn = connect(ledger, readonly=True)
+    with pytest.raises(UnreadableRow) as raised:
+        list(read_events(conn))
+    assert raised.value.seq == 2
+    assert "event 2" in str(raised.value)
+    bad: list[UnreadableRow] = []
+    seqs = [seq for seq, _ev in read_events(conn, on_bad=bad.append)]
+    assert seqs == [1, 3, 4]
+    assert [b.seq for b in bad] == [2]
+    conn.close()
+
+
+@pytest.mark.parametrize("what", ["attrs not JSON", "ts text", "kind a blob"])
+def test_a_follower_reads_past_a_damaged_row_and_says_it_once(ledger: Path, what: str) -> None:
+    damage(ledger, what, 3)
+    seen: list[str] = []
+    said: list[str] = []
+    follower = LedgerFollower(ledger, lambda ev: seen.append(ev.kind), said.append)
+    assert follower.poll() == 3
+    assert seen == [names.RUNTIME_STARTED, names.TURN_STARTED, names.ABORT_RPC_RECEIVED]
+    assert follower.unread is None  # the ledger is readable: one row of it is not
+    assert len(said) == 1, said
+    assert "event 3" in said[0], said
+    assert str(ledger) in said[0], said
+    assert follower.poll() == 0  # past it: not read, nor said, again
+    assert len(said) == 1, said
+
+
+def test_a_follower_without_a_voice_still_reads_past_it(ledger: Path) -> None:
+    damage(ledger, "attrs not JSON", 1)
+    seen: list[str] = []
+    assert LedgerFollower(ledger, lambda ev: seen.append(ev.kind)).poll() == 3
+
+
+def test_the_arc_and_the_keys_leave_a_damaged_row_out(ledger: Path) -> None:
+    damage(ledger, "attrs not JSON", 2)
+    damage(ledger, "ts text", 3)
+    conn = connect(ledger, readonly=True)
+    assert read_arc(conn, "s").stops >= 0  # read, not raised
+    assert len(ingested_keys(conn, ["s"])["s"]) == 2
+    conn.close()
+
+
+def test_who_wrote_a_session_is_asked_past_attributes_that_are_not_json(ledger: Path) -> None:
+    damage(ledger, "attrs not JSON", 1)  # the runtime.started producer() reads
+    conn = connect(ledger, readonly=True)
+    assert producer(conn, "s") is None
+    conn.close()
