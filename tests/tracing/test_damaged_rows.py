@@ -6,6 +6,7 @@ service and the watchdog would not start, explain printed a traceback, prune cou
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from pathlib import Path
 
@@ -13,9 +14,10 @@ import pytest
 
 from tests.watchdog.helpers import pinned_ledger
 from turnwatch import names
+from turnwatch.runtime.events import Event
 from turnwatch.tracing.arc import read_arc
 from turnwatch.tracing.dedup import ingested_keys
-from turnwatch.tracing.ledger import connect, read_events
+from turnwatch.tracing.ledger import Ledger, connect, read_events
 from turnwatch.tracing.ledger_follower import LedgerFollower
 from turnwatch.tracing.rows import UnreadableRow
 from turnwatch.tracing.view import producer
@@ -60,6 +62,19 @@ def test_read_events_says_which_row_and_why_then_reads_the_rest(ledger: Path, wh
     seqs = [seq for seq, _ev in read_events(conn, on_bad=bad.append)]
     assert seqs == [1, 3, 4]
     assert [b.seq for b in bad] == [2]
+    conn.close()
+
+
+def test_a_mono_ns_past_64_bits_is_read_as_the_writer_stored_it(tmp_path: Path) -> None:
+    """Not damage: the writer keeps one past 64 bits as a real (one past a double, as SQLite's
+    JSON reader reads it, infinity)."""
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    for mono in (1 << 70, 10**400, 5):
+        ledger.append(Event(names.TURN_STARTED, "s", 1.0, mono_ns=mono, turn="t"))
+    ledger.close()
+    conn = connect(path, readonly=True)
+    assert [ev.mono_ns for _seq, ev in read_events(conn)] == [float(1 << 70), math.inf, 5]
     conn.close()
 
 

@@ -74,8 +74,7 @@ def event_of(
             raise UnreadableRow(seq, f"its {name} is {_said(value)}, not text")
     if type(ts_unix) is not float and type(ts_unix) is not int:
         raise UnreadableRow(seq, f"its ts_unix is {_said(ts_unix)}, not a time")
-    if mono_ns is not None and type(mono_ns) is not int:
-        raise UnreadableRow(seq, f"its mono_ns is {_said(mono_ns)}, not an integer")
+    mono_ns = _mono(seq, mono_ns)
     attrs = attrs_of(attrs_json)
     if attrs is None:
         raise UnreadableRow(seq, f"its attrs_json is {_said(attrs_json)}, not a JSON object")
@@ -140,6 +139,13 @@ def read_events(
             on_bad(bad)
             continue
         yield seq, ev
+
+
+def _mono(seq: int, value: Any) -> Any:
+    """``mono_ns`` as the writer stored it: an integer, or one past 64 bits as a real."""
+    if value is None or type(value) is int or type(value) is float:
+        return value
+    raise UnreadableRow(seq, f"its mono_ns is {_said(value)}, not a number")
 
 
 def _said(value: Any) -> str:
