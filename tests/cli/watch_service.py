@@ -31,9 +31,12 @@ class WatchService:
             text=True,
         )
         assert self.proc.stderr is not None
-        first = self.proc.stderr.readline()  # "metrics on http://127.0.0.1:PORT/metrics"
-        self.url = first.split()[-1]
-        assert self.url.startswith("http://127.0.0.1:"), first
+        #: What it said before "metrics on http://127.0.0.1:PORT/metrics" (the ledger read).
+        self.said: list[str] = []
+        while not (line := self.proc.stderr.readline()).startswith("metrics on ") and line:
+            self.said.append(line)
+        self.url = line.split()[-1]
+        assert self.url.startswith("http://127.0.0.1:"), (line, self.said)
         self.last: list[object] = []  # the last scrape, or why it failed
 
     def scans(self) -> float:
@@ -63,4 +66,4 @@ class WatchService:
         """SIGTERM, as a service manager stops it: its exit code and all it said."""
         self.proc.send_signal(signal.SIGTERM)
         _, err = self.proc.communicate(timeout=30)
-        return self.proc.returncode, err
+        return self.proc.returncode, "".join(self.said) + err

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import Procs, turnwatch
+from tests.conftest import Procs, one_line_exit_2, turnwatch
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.tracing import view
@@ -171,8 +171,14 @@ def test_a_ledger_of_legacy_keys_prunes_both_forms(tmp_path: Path) -> None:
 def test_prune_and_watch_retain_from_the_command_line(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     history(path, old=20)
+    before = path.read_bytes()
     dry = turnwatch("prune", "--older-than", "30d", "--dry-run", "--ledger", str(path))
     assert dry.returncode == 0, dry.stderr
+    assert path.read_bytes() == before  # a dry run only reads (it wrote the meta rows)
+    nowhere = tmp_path / "none.sqlite3"
+    missing = turnwatch("prune", "--older-than", "1d", "--dry-run", "--ledger", str(nowhere))
+    one_line_exit_2(missing, str(nowhere), "no ledger here")
+    assert not nowhere.exists()  # it made an empty ledger to say it would delete nothing
     # "left" too: the process its call started, nobody saw end, is not alive (the command looks).
     assert "would delete 22 session(s)" in " ".join(dry.stdout.split())
     kept = turnwatch("prune", "--older-than", "30d", "--json", "--ledger", str(path))

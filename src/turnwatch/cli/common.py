@@ -5,12 +5,13 @@ Light on purpose: ``turnwatch --help`` imports this, and nothing heavy.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -23,6 +24,8 @@ console = Console(emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)  # one message, one line: grep-able
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+P = ParamSpec("P")
+R = TypeVar("R")
 
 LedgerOpt = Annotated[
     Path | None,
@@ -53,11 +56,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 
     The message is text, never markup: ``pip install 'turnwatch[otlp-grpc]'`` must print whole.
     """
-    from rich.markup import escape
-
-    from turnwatch.cli.shown import visible
-
-    err.print(f"[bold red]error:[/] {escape(visible(message))}", highlight=False)
+    err.print(f"[bold red]error:[/] {_escaped(message)}", highlight=False)
     return typer.Exit(code)
 
 
@@ -67,8 +66,9 @@ class Capped:
 
     limit = 10
 
-    def __init__(self, say: Callable[[str], None]) -> None:
+    def __init__(self, say: Callable[[str], None], unit: str = "unreadable line(s)") -> None:
         self.say = say
+        self.unit = unit
         self.seen = 0
 
     def __call__(self, problem: object) -> None:
@@ -82,7 +82,7 @@ class Capped:
     def finish(self) -> None:
         """Say how many went unsaid."""
         if self.seen > self.limit:
-            self.say(f"… and {self.seen - self.limit} more unreadable line(s)")
+            self.say(f"… and {self.seen - self.limit} more {self.unit}")
 
 
 @contextmanager
@@ -95,6 +95,47 @@ def ledger_errors() -> Iterator[None]:
         yield
     except LedgerError as exc:
         raise fail(str(exc)) from None
+
+
+def reads_ledger(command: Callable[P, R]) -> Callable[P, R]:
+    """``command`` (whose ``--ledger`` is :data:`LedgerOpt`) with SQLite's errors as it reads
+    the ledger, past opening it (a damaged page: "database disk image is malformed"; a disk's
+    I/O error), one line naming the file and exit 2, never a traceback."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        import sqlite3
+
+        try:
+            return command(*args, **kwargs)
+        except sqlite3.Error as exc:
+            where = ledger_path(cast("Path | None", kwargs.get("ledger")))
+            raise fail(f"{where}: unreadable ledger ({exc})") from None
+
+    return run
+
+
+def said_left_out(path: Path, left_out: list[str]) -> None:
+    """What a command that read rows no event could be made of says as it ends (it showed the
+    rest): each, with the file, then exit 2, as for any bad input whose good records were kept."""
+    if not left_out:
+        return
+    capped = Capped(
+        lambda m: err.print(f"[bold red]error:[/] {_escaped(f'{path}: {m}')}", highlight=False),
+        "unreadable event(s), left out",
+    )
+    for said in left_out:
+        capped(said)
+    capped.finish()
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _escaped(message: str) -> str:
+    from rich.markup import escape
+
+    from turnwatch.cli.shown import visible
+
+    return str(escape(visible(message)))
 
 
 def said_lost(ledger: Any) -> None:

@@ -81,6 +81,8 @@ class Explanation:
     children: list[str] = field(default_factory=list)
     #: The session's states as its user lived them (ready, working, waiting), in order.
     arc: Arc = field(default_factory=Arc)
+    #: The turn's rows no event could be made of (``tracing.rows``), each said: left out.
+    left_out: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> float:
@@ -100,7 +102,8 @@ def build(
     """What ``explain`` shows of ``turn``; ``findings``: a scan's the caller made already (the
     live page's, a second old at most), else one is made."""
     now = time.time() if now is None else now
-    events = view.timeline(conn, session, turn)
+    left_out: list[str] = []
+    events = view.timeline(conn, session, turn, on_bad=lambda bad: left_out.append(str(bad)))
     rows = view.sessions(conn, only=session, now=now, th=cfg)
     row = rows[0] if rows else None
     fold = Fold()
@@ -121,6 +124,7 @@ def build(
     ex.parent = stop.parent_session if stop is not None else None
     ex.children = view.children(conn, session)
     ex.arc = read_arc(conn, session)
+    ex.left_out = left_out
     for st in steps:
         for move in st.moves:
             if move in _STEP_LABEL and not (

@@ -19,12 +19,16 @@ from turnwatch.cli.common import (
     console,
     err,
     fail,
+    ledger_path,
+    reads_ledger,
+    said_left_out,
     seconds,
 )
 from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
 from turnwatch.cli.shown import show
 
 
+@reads_ledger
 def explain(
     ident: Annotated[str, typer.Argument(metavar="SESSION|TURN", help="A session or turn id.")],
     ledger: LedgerOpt = None,
@@ -59,7 +63,7 @@ def explain(
         data = asdict(result)
         data["findings"] = [f.to_json() for f in result.findings]
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
-        return None
+        return said_left_out(ledger_path(ledger), result.left_out)
     hint = (f" --ledger {shlex.quote(str(ledger))}" if ledger else "") + (
         lg_hint if dangling else ""
     )
@@ -71,4 +75,4 @@ def explain(
         except OSError as exc:
             raise fail(f"--svg {svg}: cannot write ({exc.strerror or exc})") from None
         show(err, f"saved {svg}")
-    return None
+    return said_left_out(ledger_path(ledger), result.left_out)

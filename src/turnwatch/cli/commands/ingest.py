@@ -17,11 +17,13 @@ from turnwatch.cli.common import (
     exporter_config,
     fail,
     ledger_path,
+    reads_ledger,
     said_lost,
 )
 from turnwatch.cli.shown import show
 
 
+@reads_ledger
 def ingest(
     sources: Annotated[
         list[str],

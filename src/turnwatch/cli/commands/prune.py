@@ -24,9 +24,11 @@ from turnwatch.cli.common import (
     fail,
     ledger_errors,
     ledger_path,
+    reads_ledger,
 )
 
 
+@reads_ledger
 def prune(
     older_than: Annotated[
         str | None,
@@ -59,7 +61,9 @@ def prune(
     span = duration("--older-than", older_than) if older_than is not None else None
     path = ledger_path(ledger)
     with ledger_errors():
-        conn = connect(path)
+        # A dry run only reads: opened for writing, it would create a missing ledger, bring an
+        # older one up to date, and write a damaged one it was asked only to look at.
+        conn = connect(path, readonly=dry_run)
     try:
         out: dict[str, object] = {}
         if vacuum:

@@ -18,12 +18,14 @@ from turnwatch.cli.common import (
     fail,
     ledger_errors,
     ledger_path,
+    reads_ledger,
     seconds,
 )
 from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
 from turnwatch.cli.shown import show
 
 
+@reads_ledger
 def recover(
     session: Annotated[str, typer.Argument(help="The pinned session.")],
     ledger: LedgerOpt = None,

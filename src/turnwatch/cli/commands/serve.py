@@ -19,6 +19,7 @@ from turnwatch.cli.common import (
     fail,
     ledger_errors,
     ledger_path,
+    reads_ledger,
     said_lost,
     seconds,
     size,
@@ -27,6 +28,7 @@ from turnwatch.cli.common import (
 from turnwatch.cli.shown import show
 
 
+@reads_ledger
 def serve(
     ledger: LedgerOpt = None,
     addr: Annotated[str, typer.Option(metavar="HOST:PORT", help="Where to serve.")] = (

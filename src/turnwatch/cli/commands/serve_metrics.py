@@ -15,9 +15,11 @@ from turnwatch.cli.common import (
     OriginOpt,
     PollOpt,
     TokenOpt,
+    reads_ledger,
 )
 
 
+@reads_ledger
 def serve_metrics(
     ledger: LedgerOpt = None,
     metrics_addr: AddrOpt = "127.0.0.1:9464",

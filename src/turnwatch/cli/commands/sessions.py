@@ -8,13 +8,14 @@ from typing import Annotated
 
 import typer
 
-from turnwatch.cli.common import JsonOpt, LedgerOpt, console, fail, read_conn
+from turnwatch.cli.common import JsonOpt, LedgerOpt, console, fail, read_conn, reads_ledger
 from turnwatch.runtime.model import SessionStatus
 
 #: ``sessions`` shows this many of the most recent (and every one still processing).
 DEFAULT_LIMIT = 50
 
 
+@reads_ledger
 def sessions(
     ledger: LedgerOpt = None,
     pinned: Annotated[bool, typer.Option("--pinned", help="Only pinned sessions.")] = False,

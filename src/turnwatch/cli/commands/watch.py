@@ -26,6 +26,7 @@ from turnwatch.cli.common import (
     ledger_errors,
     ledger_path,
     read_conn,
+    reads_ledger,
     seconds,
     usable,
 )
@@ -33,6 +34,7 @@ from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
 from turnwatch.cli.shown import show
 
 
+@reads_ledger
 def watch(
     ledger: LedgerOpt = None,
     once: Annotated[

@@ -154,6 +154,9 @@ class LivePage:
                     return self._recover(session, environ, start)
         except LedgerError as exc:
             return _json(start, "503 Service Unavailable", {"error": str(exc)})
+        except sqlite3.Error as exc:  # past opening it: a damaged page, a disk's I/O error
+            error = f"{self.ledger}: unreadable ledger ({exc})"
+            return _json(start, "503 Service Unavailable", {"error": error})
         return _json(start, "404 Not Found", {"error": f"no such page: {method} {path}"})
 
     def _conn(self) -> sqlite3.Connection:

@@ -1,0 +1,226 @@
+"""A damaged ledger, as the commands meet it. Its pages unreadable (SQLite's "database disk image
+is malformed" mid-read): each command is one line naming the file, exit 2, no traceback; the
+live page answers 503 with the same words. One event row no event can be made of: every command
+reads past it, and says it where it reads it; the services start and serve the rest.
+
+Before: tracebacks from sessions, explain, prune, recover and watch --once; a 500 from the live
+page; and one damaged row kept watch, serve and serve-metrics from starting ("error: Expecting
+value: line 1 column 1 (char 0)", no file, no row).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.cli.watch_service import WatchService
+from tests.conftest import free_port, one_line_exit_2, turnwatch, wait_until
+from tests.tracing.test_damaged_rows import damage
+from tests.watchdog.helpers import Recorder, pinned_ledger
+from turnwatch.runtime.events import Event
+from turnwatch.tracing.ledger import Ledger
+
+#: Objects whose pages stay whole: the file still opens as a ledger (its schema and meta).
+_KEPT = ("sqlite_schema", "meta", "sqlite_autoindex_meta_1")
+
+
+def break_pages(path: Path) -> None:
+    """Overwrite every page of every table and index but the schema's and meta's with bytes
+    that are no b-tree page: the file opens, and any read of its rows finds it malformed."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = [
+            p
+            for (p,) in conn.execute(
+                f"SELECT pageno FROM dbstat WHERE name NOT IN ({','.join('?' * len(_KEPT))})",
+                _KEPT,
+            )
+        ]
+    conn.close()
+    with path.open("r+b") as f:
+        for p in pages:
+            f.seek((p - 1) * size)
+            f.write(b"\xa5" * size)
+
+
+@pytest.fixture
+def pinned(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.sqlite3"
+    pinned_ledger(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions"],
+        ["sessions", "--json"],
+        ["explain", "s"],
+        ["recover", "s", "--dry-run"],
+        ["watch", "--once"],
+        ["prune", "--older-than", "1d", "--dry-run"],
+    ],
+    ids=" ".join,
+)
+def test_a_ledger_with_broken_pages_is_one_line(pinned: Path, argv: list[str]) -> None:
+    break_pages(pinned)
+    before = pinned.read_bytes()
+    result = turnwatch(*argv, "--ledger", str(pinned))
+    one_line_exit_2(result, str(pinned), "unreadable ledger", "malformed")
+    assert pinned.read_bytes() == before
+
+
+def test_the_live_page_answers_503_on_broken_pages(pinned: Path) -> None:
+    port = free_port()
+    proc = _serve(pinned, port)
+    try:
+        break_pages(pinned)
+        for route in ("/api/sessions", "/api/sessions/s/timeline"):
+            answered: list[urllib.error.HTTPError] = []
+
+            def refused(
+                route: str = route, answered: list[urllib.error.HTTPError] = answered
+            ) -> bool:
+                try:  # the sessions of the page's last scan, a second old, come first
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}{route}", timeout=10).close()
+                except urllib.error.HTTPError as exc:
+                    answered.append(exc)
+                    return True
+                return False
+
+            wait_until(refused, timeout=30, what=f"{route} to answer an error")
+            assert answered[0].code == 503, route
+            body = json.loads(answered[0].read())
+            assert str(pinned) in body["error"], body
+            assert "malformed" in body["error"], body
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err, err
+
+
+def _spawn(*argv: str) -> subprocess.Popen[str]:
+    """The console script as a service: its stderr read by the test."""
+    exe = shutil.which("turnwatch", path=os.path.dirname(sys.executable))
+    assert exe is not None
+    return subprocess.Popen(
+        [exe, *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _serve(ledger: Path, port: int) -> subprocess.Popen[str]:
+    proc = _spawn("serve", "--ledger", str(ledger), "--addr", f"127.0.0.1:{port}")
+
+    def up() -> bool:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/sessions", timeout=5).close()
+            return True
+        except OSError:
+            assert proc.poll() is None, proc.communicate()[1]
+            return False
+
+    wait_until(up, timeout=60, what="the live page")
+    return proc
+
+
+def test_explain_shows_the_timeline_without_a_damaged_row_and_says_it(pinned: Path) -> None:
+    damage(pinned, "attrs not JSON", 3)  # the stop's click
+    result = turnwatch("explain", "s", "--ledger", str(pinned), "--json")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert str(pinned) in lines[0], lines
+    assert "event 3" in lines[0], lines
+    shown = json.loads(result.stdout)
+    assert shown["left_out"] == [lines[0].removeprefix(f"error: {pinned}: ")], shown["left_out"]
+    assert shown["stop_at"] is not None  # the RPC, read past the click's row
+    assert shown["state"] == "pinned"
+
+
+def _row_of(path: Path, session: str, kind: str) -> int:
+    with sqlite3.connect(path) as conn:
+        (seq,) = conn.execute(
+            "SELECT seq FROM events WHERE session = ? AND kind = ?", (session, kind)
+        ).fetchone()
+    conn.close()
+    return int(seq)
+
+
+def test_sessions_and_explain_read_past_a_damaged_runtime_started(pinned: Path) -> None:
+    """An agent CLI's session (no mode): who wrote it is asked of its ``runtime.started``."""
+    rec = Recorder(pinned)
+    rec("runtime.started", "c", 20, attrs={"source": "claude-code", "project": "/p"})
+    rec("turn.started", "c", 10, turn="c.t1")
+    rec.close()
+    damage(pinned, "attrs not JSON", _row_of(pinned, "c", "runtime.started"))
+    for argv in (["sessions"], ["sessions", "--json"], ["explain", "c"]):
+        result = turnwatch(*argv, "--ledger", str(pinned))
+        assert "Traceback" not in result.stderr, (argv, result.stderr)
+        assert result.returncode == 0, (argv, result.stderr)
+        assert "c" in result.stdout
+
+
+def test_prune_deletes_a_session_with_a_damaged_row(pinned: Path) -> None:
+    """Its dedup keys are worked out from its rows: the damaged one's is left behind."""
+    ledger = Ledger(pinned)
+    then = time.time() - 3 * 86_400
+    for i, kind in enumerate(("turn.started", "turn.settled", "processing.cleared")):
+        attrs = {"outcome": "completed"} if kind == "turn.settled" else {}
+        ledger.append(Event(kind, "old", then + i, turn="old.t1", attrs=attrs), dedup=True)
+    ledger.close()
+    damage(pinned, "attrs not JSON", _row_of(pinned, "old", "turn.started"))
+    result = turnwatch("prune", "--older-than", "1d", "--ledger", str(pinned), "--json")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["pruned"]["sessions"] == 1, result.stdout
+
+
+def test_serve_metrics_starts_on_a_ledger_with_a_damaged_row(pinned: Path) -> None:
+    damage(pinned, "attrs not JSON", 2)
+    port = free_port()
+    proc = _spawn("serve-metrics", "--ledger", str(pinned), "--metrics-addr", f"127.0.0.1:{port}")
+    try:
+        assert proc.stderr is not None
+        said = [proc.stderr.readline() for _ in range(2)]
+        assert any("event 2" in s and str(pinned) in s for s in said), said
+        assert any("3 events replayed" in s for s in said), said
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err, err
+
+
+def test_the_watch_service_starts_and_scans_past_a_damaged_row(pinned: Path) -> None:
+    damage(pinned, "attrs not JSON", 2)
+    watch = WatchService(pinned, "--no-recover")
+    try:
+        wait_until(
+            lambda: watch.scans() >= 3 or watch.proc.poll() is not None,
+            timeout=90,
+            what="three scans",
+        )
+        watch.alive()
+    finally:
+        code, err = watch.stop()
+    assert code == 0, err
+    assert "Traceback" not in err, err
+    assert "found pinned_session s" in err, err
+    assert len([ln for ln in err.splitlines() if "event 2 is unreadable" in ln]) == 1, err
