@@ -43,6 +43,30 @@ def damage(path: Path, what: str, seq: int) -> None:
     conn.close()
 
 
+#: Objects whose pages stay whole: the file still opens as a ledger (its schema and meta).
+_KEPT = ("sqlite_schema", "meta", "sqlite_autoindex_meta_1")
+
+
+def break_pages(path: Path) -> None:
+    """Overwrite every page of every table and index but the schema's and meta's with bytes
+    that are no b-tree page: the file opens, and any read of its rows finds it malformed."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = [
+            p
+            for (p,) in conn.execute(
+                f"SELECT pageno FROM dbstat WHERE name NOT IN ({','.join('?' * len(_KEPT))})",
+                _KEPT,
+            )
+        ]
+    conn.close()
+    with path.open("r+b") as f:
+        for p in pages:
+            f.seek((p - 1) * size)
+            f.write(b"\xa5" * size)
+
+
 @pytest.fixture
 def ledger(tmp_path: Path) -> Path:
     path = tmp_path / "ledger.sqlite3"

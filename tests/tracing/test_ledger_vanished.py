@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tracing.test_damaged_rows import break_pages
 from tests.tracing.test_ledger_faults import events
 from turnwatch.tracing.ledger import Ledger, connect, read_events
 
@@ -78,3 +79,30 @@ def test_a_ledger_whose_directory_vanished_waits_and_is_written_when_it_returns(
     finally:
         ledger.close()
     assert stamps(path) == [float(i) for i in range(20)]
+
+
+def test_a_ledger_damaged_under_the_writer_keeps_what_comes_until_it_is_moved_aside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file SQLite finds malformed is the file's fault, as a full disk is: what comes waits in
+    the backlog, the cause said once; moved aside, the writer writes it all at the path. Before,
+    each event was lost alone ("could not be written"), one log line each."""
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    try:
+        ledger.extend(events(10))
+        assert ledger.flush(timeout=10)
+        break_pages(path)
+        with caplog.at_level(logging.WARNING, logger="turnwatch.ledger"):
+            ledger.extend(events(20, start=10))
+            assert not ledger.flush(timeout=1.5)  # waiting: not written, not lost
+            assert ledger.lost == 0
+            path.rename(tmp_path / "damaged.sqlite3")  # the operator keeps it, and starts afresh
+            assert ledger.flush(timeout=20)
+        said = [r.getMessage() for r in caplog.records]
+        assert len([m for m in said if "cannot write (database disk image is malformed" in m]) == 1
+        assert "writing again" in said[-1], said
+        assert ledger.lost == 0
+    finally:
+        ledger.close()
+    assert stamps(path) == [float(i) for i in range(10, 30)]

@@ -38,6 +38,7 @@ from turnwatch.tracing.ledger_file import (
     LedgerError,
     LedgerNotReady,
     connect,
+    damaged,
     file_id,
     get_meta,
     meta_keys,
@@ -75,6 +76,14 @@ ROOM_WAIT_S = 0.5
 #: How long a flush (and so ``close()``, which then counts what waits lost) waits for a file
 #: that cannot be written.
 CLOSE_WAIT_FAILING_S = 5.0
+
+
+def _of_the_file(exc: sqlite3.Error) -> bool:
+    """An error the file causes, not an event (a full disk, a lock, a read-only or damaged
+    file): what comes waits for it to mend; an event's error loses that event alone."""
+    return isinstance(exc, sqlite3.OperationalError) or damaged(exc)
+
+
 #: The writer's first and longest wait between tries while the file cannot be written.
 RETRY_FIRST_S, RETRY_MAX_S = 0.05, 2.0
 
@@ -514,10 +523,10 @@ class Ledger:
                 self.written += write_batch(self._conn, self._summary, batch, reader)
                 self._forget_read(batch)
                 return True
-            except sqlite3.OperationalError as exc:
-                self._cannot_write(exc)
-                return False
-            except sqlite3.Error:
+            except sqlite3.Error as exc:
+                if _of_the_file(exc):
+                    self._cannot_write(exc)
+                    return False
                 if attempt == WRITE_RETRIES - 1:
                     return self._one_by_one(batch, reader)
                 time.sleep(0.05 * (attempt + 1))
@@ -525,9 +534,10 @@ class Ledger:
                 return self._one_by_one(batch, reader)
         return True
 
-    def _cannot_write(self, exc: sqlite3.OperationalError) -> None:
-        """A full disk, a locked or read-only file: it can mend. The batch waits in the
-        backlog, in order; the cause is said once per outage."""
+    def _cannot_write(self, exc: sqlite3.Error) -> None:
+        """A full disk, a locked, read-only or damaged file: it can mend (a damaged one moved
+        aside, the writer writes at its path again). The batch waits in the backlog, in order;
+        the cause is said once per outage."""
         if self.failing is None:
             self.failing = str(exc)
             log.warning(
@@ -549,10 +559,10 @@ class Ledger:
             for item in batch:
                 try:
                     self.written += write_batch(self._conn, self._summary, [item], reader)
-                except sqlite3.OperationalError as exc:
-                    self._cannot_write(exc)
-                    return False
                 except Exception as exc:
+                    if isinstance(exc, sqlite3.Error) and _of_the_file(exc):
+                        self._cannot_write(exc)
+                        return False
                     ev = item[0]
                     why = f"{ev.kind!r} of session {ev.session!r}: {type(exc).__name__}: {exc}"
                     self._lose(1, why)

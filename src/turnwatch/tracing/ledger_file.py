@@ -261,6 +261,17 @@ def _size(p: Path) -> int:
 _NOT_A_DATABASE = (11, 26)
 
 
+def damaged(exc: BaseException) -> bool:
+    """Whether SQLite found the file damaged, or no database (its primary code: an extended
+    one, ``SQLITE_CORRUPT_INDEX``, is one of them)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (
+        isinstance(exc, sqlite3.DatabaseError)
+        and code is not None
+        and code & 0xFF in (_NOT_A_DATABASE)
+    )
+
+
 def _refused(exc: BaseException) -> bool:
     """Whether a look failed on what the file is (foreign, newer, corrupt), so that what SQLite
     made beside it was made by the look alone. A file with no tables yet, or a busy or failing
@@ -271,9 +282,7 @@ def _refused(exc: BaseException) -> bool:
         return False
     if isinstance(exc, LedgerError):
         return True
-    return isinstance(exc, sqlite3.DatabaseError) and (
-        getattr(exc, "sqlite_errorcode", None) in _NOT_A_DATABASE
-    )
+    return damaged(exc)
 
 
 def _open_readonly(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
