@@ -25,7 +25,7 @@ import pytest
 
 from tests.cli.watch_service import WatchService
 from tests.conftest import free_port, one_line_exit_2, turnwatch, wait_until
-from tests.tracing.test_damaged_rows import break_pages, damage
+from tests.tracing.test_damaged_rows import break_pages, damage, damage_summary, two_sessions
 from tests.watchdog.helpers import Recorder, pinned_ledger
 from turnwatch.runtime.events import Event
 from turnwatch.tracing.ledger import Ledger
@@ -201,3 +201,37 @@ def test_the_watch_service_starts_and_scans_past_a_damaged_row(pinned: Path) -> 
     assert "Traceback" not in err, err
     assert "found pinned_session s" in err, err
     assert len([ln for ln in err.splitlines() if "event 2 is unreadable" in ln]) == 1, err
+
+
+def test_a_damaged_session_row_is_said_by_the_commands_and_outlived_by_the_watch(
+    tmp_path: Path,
+) -> None:
+    """A session row whose ``stop_ts`` is text: ``sessions`` shows the others and says it (exit
+    2), ``explain`` and ``recover`` say what is wrong with it (not "unknown session"), and the
+    watch service scans on, finding the other session pinned. Before: tracebacks, and the
+    service ended at its first scan (TypeError)."""
+    path = tmp_path / "ledger.sqlite3"
+    two_sessions(path)
+    said = damage_summary(path, "stop_ts text")
+    listed = turnwatch("sessions", "--ledger", str(path))
+    assert listed.returncode == 2, listed.stderr
+    assert "Traceback" not in listed.stderr
+    assert listed.stderr.count("error:") == 1, listed.stderr
+    assert said in listed.stderr, listed.stderr
+    assert " t " in f" {listed.stdout} ", listed.stdout
+    for argv in (["explain", "s"], ["recover", "s", "--dry-run"]):
+        one_line_exit_2(turnwatch(*argv, "--ledger", str(path)), str(path), said, "damaged")
+    watch = WatchService(path, "--no-recover")
+    try:
+        wait_until(
+            lambda: watch.scans() >= 3 or watch.proc.poll() is not None,
+            timeout=90,
+            what="three scans",
+        )
+        watch.alive()
+    finally:
+        code, err = watch.stop()
+    assert code == 0, err
+    assert "Traceback" not in err, err
+    assert "found pinned_session t" in err, err
+    assert len([ln for ln in err.splitlines() if said in ln]) == 1, err

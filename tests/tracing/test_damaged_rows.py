@@ -12,15 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.watchdog.helpers import pinned_ledger
+from tests.watchdog.helpers import Recorder, pinned_ledger
 from turnwatch import names
 from turnwatch.runtime.events import Event
+from turnwatch.tracing import view
 from turnwatch.tracing.arc import read_arc
 from turnwatch.tracing.dedup import ingested_keys
 from turnwatch.tracing.ledger import Ledger, connect, read_events
 from turnwatch.tracing.ledger_follower import LedgerFollower
-from turnwatch.tracing.rows import UnreadableRow
+from turnwatch.tracing.prune import prune
+from turnwatch.tracing.rows import UnreadableRow, damaged_summaries, lingering_of
 from turnwatch.tracing.view import producer
+from turnwatch.watchdog.scan import scan
 
 #: Each way a row can be damaged, as SQL setting the columns of one row.
 DAMAGE = {
@@ -138,3 +141,96 @@ def test_who_wrote_a_session_is_asked_past_attributes_that_are_not_json(ledger: 
     conn = connect(ledger, readonly=True)
     assert producer(conn, "s") is None
     conn.close()
+
+
+#: Each way a summary row can be damaged: (table, SQL setting its columns, what is said).
+SUMMARY_DAMAGE = {
+    "stop_ts text": ("sessions", "stop_ts = 'yesterday'", "its stop_ts is 'yesterday', not a"),
+    "processing a blob": ("sessions", "processing = x'01'", "its processing is b'\\x01'"),
+    "mode a number": ("sessions", "mode = 3", "its mode is 3, not text"),
+    "pid text": ("calls", "pid = 'x'", "call 'c1': its pid is 'x', not an integer"),
+    "lingering not JSON": ("calls", "lingering = 'x'", "its lingering is not JSON"),
+}
+
+
+def damage_summary(path: Path, what: str) -> str:
+    table, change, said = SUMMARY_DAMAGE[what]
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"UPDATE {table} SET {change} WHERE session = 's'")
+    conn.close()
+    return said
+
+
+def two_sessions(path: Path) -> None:
+    """``s`` pinned, with a call (c1), and ``t`` pinned beside it."""
+    pinned_ledger(path)
+    rec = Recorder(path)
+    rec.runtime("t")
+    rec("turn.started", "t", 100, turn="t.t1")
+    rec("stop.clicked", "t", 90, turn="t.t1")
+    rec("tool.requested", "s", 95, turn="s.t1", call="c1", tool="Bash")
+    rec.close()
+
+
+@pytest.mark.parametrize("what", SUMMARY_DAMAGE)
+def test_a_damaged_summary_row_is_skipped_by_every_reader_and_said(
+    tmp_path: Path, what: str
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    two_sessions(path)
+    said = damage_summary(path, what)
+    conn = connect(path, readonly=True)
+    shown = {r.session: r for r in view.sessions(conn)}
+    table = SUMMARY_DAMAGE[what][0]
+    if table == "sessions":
+        assert set(shown) == {"t"}
+    else:  # the session is read; the call is not
+        assert set(shown) == {"s", "t"}
+        assert shown["s"].calls == []
+    found = scan(conn).findings  # a text stop_ts ended the scan with a TypeError
+    assert "t" in {f.session for f in found}
+    # A processing that is no integer does not say the session is processing.
+    processing = [] if what == "processing a blob" else [{"processing": True}]
+    for kw in ({}, *processing, {"session": "s"}):
+        damaged = damaged_summaries(conn, **kw)  # type: ignore[arg-type]
+        assert len(damaged) == 1, (kw, damaged)
+        assert damaged[0].startswith("session 's'"), damaged
+        assert said in damaged[0], damaged
+    assert damaged_summaries(conn, session="t") == []
+    conn.close()
+
+
+def test_a_lingering_list_of_another_shape_keeps_its_pairs_only() -> None:
+    assert lingering_of('[[12, 3.5], [1], ["x", 2], 7, [13, 4]]') == [(12, 3.5), (13, 4.0)]
+    assert lingering_of("{}") == []
+    assert lingering_of(None) == []
+
+
+def test_prune_neither_judges_nor_deletes_a_damaged_session(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    then = 1_000_000.0
+    for session in ("old", "bad"):
+        ledger.append(Event(names.TURN_STARTED, session, then, turn=f"{session}.t1"))
+        ledger.append(
+            Event(
+                names.TURN_SETTLED,
+                session,
+                then + 1,
+                turn=f"{session}.t1",
+                attrs={"outcome": "completed"},
+            )
+        )
+        ledger.append(Event(names.PROCESSING_CLEARED, session, then + 2, turn=f"{session}.t1"))
+    ledger.close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE sessions SET settled_ts = 'long ago' WHERE session = 'bad'")
+    raw.close()
+    conn = connect(path)
+    done = prune(conn, then + 100)
+    conn.close()
+    assert done.sessions == 1
+    with sqlite3.connect(path) as raw:
+        left = [r[0] for r in raw.execute("SELECT session FROM sessions")]
+    raw.close()
+    assert left == ["bad"]  # kept whole: what cannot be read is not judged settled

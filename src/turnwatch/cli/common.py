@@ -115,14 +115,16 @@ def reads_ledger(command: Callable[P, R]) -> Callable[P, R]:
     return run
 
 
-def said_left_out(path: Path, left_out: list[str]) -> None:
-    """What a command that read rows no event could be made of says as it ends (it showed the
-    rest): each, with the file, then exit 2, as for any bad input whose good records were kept."""
+def said_left_out(
+    path: Path, left_out: list[str], unit: str = "unreadable event(s), left out"
+) -> None:
+    """What a command that met damaged rows says as it ends (it showed the rest): each, with
+    the file, then exit 2, as for any bad input whose good records were kept."""
     if not left_out:
         return
     capped = Capped(
         lambda m: err.print(f"[bold red]error:[/] {_escaped(f'{path}: {m}')}", highlight=False),
-        "unreadable event(s), left out",
+        unit,
     )
     for said in left_out:
         capped(said)
@@ -243,11 +245,16 @@ def usable(path: Path) -> None:
         raise fail(str(exc)) from None
 
 
-def unknown_session(conn: Any, ident: str) -> typer.Exit:
-    """Exit 2 naming the sessions that exist, the closest first."""
+def unknown_session(conn: Any, ident: str, path: Path) -> typer.Exit:
+    """Exit 2 naming the sessions that exist, the closest first; or, for one whose summary row
+    the readers skip as damaged, what is wrong with it."""
     from turnwatch.runtime.session import closest
+    from turnwatch.tracing.rows import damaged_summaries
     from turnwatch.tracing.view import session_ids
 
+    damaged = damaged_summaries(conn, session=ident, limit=1)
+    if damaged:
+        return fail(f"{path}: {damaged[0]}: a damaged row, not read (explain and recover need it)")
     known = session_ids(conn)
     return fail(f"unknown session or turn {ident!r}; sessions: {closest(ident, known)}")
 

@@ -156,4 +156,4 @@ def ledger_for(
             return conn, dangling, asked
     if conn is None:
         raise fail(nothing(ident, threads, ledger_path(ledger)))
-    raise unknown_session(conn, ident)
+    raise unknown_session(conn, ident, ledger_path(ledger))

@@ -19,6 +19,7 @@ from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import batchsql, codec
 from turnwatch.tracing.dedup import legacy_key
 from turnwatch.tracing.rows import read_events as read_events  # its home before rows
+from turnwatch.tracing.rows import shadow_summaries
 from turnwatch.tracing.summary import COLUMNS, Summary
 
 #: 2 added the calls' containment columns; 3 the fold's stop and abort instants (rpc_ts,
@@ -240,6 +241,7 @@ def _look(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     try:
         conn.row_factory = sqlite3.Row
         _check(conn, path, readonly=True)
+        shadow_summaries(conn)  # a damaged summary row is skipped by every reader
     except BaseException as exc:
         conn.close()
         # A -wal with anything in it was written by a writer, not made by this look.

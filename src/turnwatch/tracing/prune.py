@@ -27,6 +27,7 @@ from pathlib import Path
 from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.dedup import forget_keys, ingested_keys
 from turnwatch.tracing.ledger_file import META_DEDUP_LEGACY, LedgerError, get_meta
+from turnwatch.tracing.rows import shadow_summaries
 from turnwatch.tracing.view import CallView, call_view
 
 __all__ = ["BATCH_SESSIONS", "LiveCheck", "Pruned", "file_bytes", "holders", "prune", "vacuum"]
@@ -96,6 +97,9 @@ def prune(
     it lives; without ``live``, always: a ledger without a process table to look at keeps what
     may live."""
     started = time.perf_counter()
+    # What it reads, of the summary rows the writer wrote: a damaged one is never judged
+    # settled, nor deleted (its deletes name main.*, the tables under the views).
+    shadow_summaries(conn)
     out = Pruned(horizon, dry_run)
     held = _held(conn, _MAY_LIVE, [horizon], live)
     out.kept = _kept(conn, horizon, keep, len(held))
@@ -165,13 +169,13 @@ def _delete(
         if still:
             marks = ",".join("?" * len(still))
             out.events += conn.execute(
-                f"DELETE FROM events WHERE session IN ({marks})", still
+                f"DELETE FROM main.events WHERE session IN ({marks})", still
             ).rowcount
             out.calls += conn.execute(
-                f"DELETE FROM calls WHERE session IN ({marks})", still
+                f"DELETE FROM main.calls WHERE session IN ({marks})", still
             ).rowcount
             out.sessions += conn.execute(
-                f"DELETE FROM sessions WHERE session IN ({marks})", still
+                f"DELETE FROM main.sessions WHERE session IN ({marks})", still
             ).rowcount
             out.keys += forget_keys(conn, [k for s in still for k in keys.get(s, ())])
         conn.execute("COMMIT")

@@ -1,23 +1,38 @@
-"""Event rows read back as events, or refused with their place and what is wrong.
+"""Rows read back: an event row as an event, or refused with its place and what is wrong; and
+the summary rows (``sessions``, ``calls``) as a reader sees them, only those of the types the
+writer writes.
 
-turnwatch's writer stores only events it made or validated, so a row no event can be made of
-was changed after (a disk's damage, a hand's edit, another program): its attributes no JSON
-object, its time no number, an id no text. One such row must cost its readers that row, said
-with its ``seq``, and nothing else: raised from every reader, it kept the services from
-starting and prune from ever running.
+turnwatch's writer stores only events it made or validated, and summary rows it folded from
+them, so a row of other types was changed after (a disk's damage, a hand's edit, another
+program): its attributes no JSON object, its time no number, an id no text. One such row must
+cost its readers that row, said with its place, and nothing else: raised from every reader, an
+event row kept the services from starting and prune from ever running, and a session row's
+``stop_ts`` of text ended the watchdog's service at its first scan.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import fields
+from functools import cache
 from typing import Any
 
-from turnwatch.runtime.events import Event
+from turnwatch.runtime.events import Event, storable_text
+from turnwatch.runtime.fold import CALL_COLUMNS, SESSION_COLUMNS, CallState, SessionState
 from turnwatch.runtime.model import TurnwatchError
 from turnwatch.tracing import codec
 
-__all__ = ["UnreadableRow", "attrs_of", "event_of", "read_events"]
+__all__ = [
+    "UnreadableRow",
+    "attrs_of",
+    "damaged_summaries",
+    "event_of",
+    "lingering_of",
+    "read_events",
+    "shadow_summaries",
+]
 
 
 class UnreadableRow(TurnwatchError, ValueError):
@@ -152,3 +167,138 @@ def _said(value: Any) -> str:
     """A column's value in a message: its start, and what it is."""
     text = repr(value)
     return f"{text[:40]}…" if len(text) > 40 else text
+
+
+# --- the summary rows ---------------------------------------------------------------------
+
+#: SQLite's storage classes a summary column's Python type is written as (an integer past 64
+#: bits as a real, as ``codec.storable`` binds it); NULL is taken in every column (one added by
+#: a later schema is NULL in the rows before it).
+_STORED = {float: ("real", "integer"), int: ("integer", "real"), str: ("text",)}
+#: Columns holding JSON text a reader parses.
+_JSON = frozenset({"lingering"})
+
+
+@cache
+def _column_types() -> dict[str, dict[str, tuple[str, ...]]]:
+    """table → column → the storage classes the writer writes it as (from the fold's state)."""
+    out: dict[str, dict[str, tuple[str, ...]]] = {}
+    for table, cls, columns in (
+        ("sessions", SessionState, SESSION_COLUMNS),
+        ("calls", CallState, CALL_COLUMNS),
+    ):
+        hints = typing.get_type_hints(cls)
+        out[table] = {
+            column: tuple(
+                c
+                for t in typing.get_args(hints[f.name]) or (hints[f.name],)
+                for c in _STORED.get(t, ())
+            )
+            for f, column in zip(fields(cls), columns, strict=True)
+        }
+    return out
+
+
+def _sane(table: str, present: Sequence[str], alias: str = "") -> str:
+    """SQL true for a row of ``table`` whose columns (those ``present``) are of the writer's
+    types; ``alias``: the name the row goes by in the query."""
+    parts = []
+    for column, stored in _column_types()[table].items():
+        if column not in present:
+            continue
+        col = f"{alias}{column}"
+        classes = ", ".join(f"'{c}'" for c in (*stored, "null"))
+        parts.append(f"typeof({col}) IN ({classes})")
+        if column in _JSON:
+            parts.append(f"({col} IS NULL OR json_valid({col}))")
+    return " AND ".join(parts) or "1"
+
+
+def _present(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in conn.execute(f"PRAGMA main.table_info({table})")]
+
+
+def shadow_summaries(conn: sqlite3.Connection) -> None:
+    """Make ``sessions`` and ``calls`` name, for this connection, views of the summary tables
+    holding only the rows of the writer's types (temporary views come before the file's
+    tables): every query a reader makes skips a damaged row, by the same indexes, and ``*``
+    is the same columns. A reader's connection only: the views cannot be written, nor indexed
+    (name ``main.sessions``); and they have no ``rowid`` (join ``main.calls`` for it)."""
+    for table in ("sessions", "calls"):
+        present = _present(conn, table)
+        if not present:
+            continue
+        conn.execute(
+            f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT * "
+            f"FROM main.{table} WHERE {_sane(table, present)}"
+        )
+
+
+def damaged_summaries(
+    conn: sqlite3.Connection,
+    *,
+    processing: bool = False,
+    session: str | None = None,
+    limit: int = 10,
+) -> list[str]:
+    """What is wrong with the summary rows a reader does not see (:func:`shadow_summaries`), at
+    most ``limit``: each as ``session 's': its stop_ts is 'x', not a number``.
+    ``processing``: only those of sessions still processing (what the watchdog scans: through
+    its index, not every session ever held); ``session``: only that session's."""
+    out: list[str] = []
+    for table in ("sessions", "calls"):
+        present = _present(conn, table)
+        if not present or len(out) >= limit:
+            continue
+        where = f"NOT ({_sane(table, present, 't.')})"
+        args: list[Any] = []
+        if session is not None:
+            where += " AND t.session = ?"
+            args.append(storable_text(session))  # as the ledger keeps it (a lone surrogate)
+        if processing:
+            where += " AND t.session IN (SELECT session FROM main.sessions WHERE processing = 1)"
+        query = f"SELECT t.* FROM main.{table} t WHERE {where} LIMIT ?"
+        for row in conn.execute(query, (*args, limit - len(out))):
+            out.append(_damage_of(table, dict(zip(present, row, strict=True))))
+    return out
+
+
+def _damage_of(table: str, row: dict[str, Any]) -> str:
+    key = f"session {_said(row.get('session'))}"
+    if table == "calls":
+        key += f", call {_said(row.get('call'))}"
+    for column, stored in _column_types()[table].items():
+        value = row.get(column)
+        if value is not None and _class(value) not in stored:
+            return f"{key}: its {column} is {_said(value)}, not {_WORDS[stored[0]]}"
+    return f"{key}: its {'/'.join(sorted(_JSON & row.keys()))} is not JSON"
+
+
+def lingering_of(text: str | None) -> list[tuple[int, float]]:
+    """A call row's ``lingering`` (JSON ``[[pid, start time], ...]``), each pair the writer
+    wrote; one of another shape is left out (a process no start time is known of is one the
+    watchdog can never prove, and never signals)."""
+    if not text:
+        return []
+    try:
+        pairs = codec.loads_stored(text)
+    except ValueError:
+        return []
+    if type(pairs) is not list:
+        return []
+    return [
+        (p[0], float(p[1]))
+        for p in pairs
+        if type(p) is list
+        and len(p) == 2
+        and type(p[0]) is int
+        and (type(p[1]) is float or type(p[1]) is int)
+    ]
+
+
+#: What a column of each first storage class holds, as a message says it.
+_WORDS = {"real": "a number", "integer": "an integer", "text": "text"}
+
+
+def _class(value: Any) -> str:
+    return {float: "real", int: "integer", str: "text", bytes: "blob"}.get(type(value), "?")

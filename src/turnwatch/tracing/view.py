@@ -12,9 +12,8 @@ from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import CALL_COLUMNS, CallState, SessionState
 from turnwatch.runtime.model import SessionStatus
-from turnwatch.tracing import codec
 from turnwatch.tracing.batchsql import select_in
-from turnwatch.tracing.rows import UnreadableRow, read_events
+from turnwatch.tracing.rows import UnreadableRow, lingering_of, read_events
 
 #: A stop whose ``agent.abort`` is still pending after this long pins the session.
 RPC_STUCK_AFTER_S = 15.0
@@ -164,7 +163,7 @@ def call_view(r: Any) -> CallView:
     columns = r.keys()  # a list (``in`` on the row itself would look at its values)
     get = _picks(columns, _CALL_PICK)
     text = r["lingering"] if "lingering" in columns else None  # schema 1: not recorded
-    left = [(int(p), float(t)) for p, t in codec.loads_stored(text)] if text else []
+    left = lingering_of(text)
     return CallView(
         **{f: r[i] for f, i in get},
         prompt_open=bool(r["prompt_open"]),
@@ -244,7 +243,11 @@ def sessions(
     if with_calls and out:
         by = {(s.session, s.turn): s for s in out}
         ids = [s.session for s in out]
-        q = "SELECT * FROM calls WHERE session IN ({marks}) ORDER BY rowid"
+        # The order they were made in: the table's rowid (the readers' view has none).
+        q = (
+            "SELECT c.* FROM calls c JOIN main.calls m ON m.session = c.session "
+            "AND m.call = c.call WHERE c.session IN ({marks}) ORDER BY m.rowid"
+        )
         for r in select_in(conn, q, ids):  # the primary key, (session, call); in their order
             sv = by.get((r["session"], r["turn"]))
             if sv is not None:

@@ -22,6 +22,7 @@ from turnwatch.runtime.model import FindingKind, RecoveryResult
 from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect
 from turnwatch.tracing.prune import Pruned, prune
+from turnwatch.tracing.rows import damaged_summaries
 from turnwatch.watchdog.inprocess import merged, runtime_findings
 from turnwatch.watchdog.recover import Recoverer, Recovery
 from turnwatch.watchdog.scan import (
@@ -130,6 +131,7 @@ class Watchdog:
         self._backoff: dict[str, tuple[float, float]] = {}
         self.say = say
         self._unread: str | None = None  # why the ledger could not be read, while it cannot
+        self._damaged: set[str] = set()  # damaged rows of processing sessions, said
         self._serving = False  # in run(): a service outlives an outage of its ledger
         self._unread_threads: str | None = None  # the same, of the checkpointer file
         #: With ``retain_s``, the rows of sessions settled longer ago are pruned (tracing.prune)
@@ -161,6 +163,7 @@ class Watchdog:
             try:
                 found = scan(conn, cfg=self.cfg)
                 found.findings += self._threads(conn, found)
+                self._say_damaged(damaged_summaries(conn, processing=True))
             finally:
                 conn.close()
         except (LedgerError, sqlite3.Error) as exc:
@@ -176,6 +179,14 @@ class Watchdog:
             self.say(f"watchdog: the ledger is readable again ({self.ledger})")
         self._unread = None
         return found
+
+    def _say_damaged(self, damaged: list[str]) -> None:
+        """Rows of processing sessions the scan skips as damaged (``tracing.rows``): each said
+        once, while it stays; a session it holds is never found pinned, so say why."""
+        for d in damaged:
+            if d not in self._damaged:
+                self.say(f"watchdog: {self.ledger}: {d}: a damaged row, not scanned")
+        self._damaged = set(damaged)
 
     def _no_ledger(self) -> ScanResult:
         """No ledger yet (none there, or a writer creating it): only the LangGraph threads."""

@@ -54,6 +54,7 @@ def prune(
     with an open finding, or with a recorded process alive."""
     from turnwatch.tracing import prune as retention
     from turnwatch.tracing.ledger import connect
+    from turnwatch.tracing.rows import shadow_summaries
     from turnwatch.watchdog.scan import lives, scan
 
     if older_than is None and not vacuum:
@@ -69,6 +70,7 @@ def prune(
         if vacuum:
             out["vacuum"] = _vacuum(conn, path, dry_run, quiet=as_json)
         if span is not None:
+            shadow_summaries(conn)  # the scan reads as any reader does (read-only: done)
             found = scan(conn)
             keep = {f.session for f in found.findings}
             live = None if found.table is None else partial(lives, table=found.table)

@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from turnwatch.cli.common import JsonOpt, LedgerOpt, console, fail, read_conn, reads_ledger
+from turnwatch.cli.common import (
+    JsonOpt,
+    LedgerOpt,
+    console,
+    fail,
+    ledger_path,
+    read_conn,
+    reads_ledger,
+    said_left_out,
+)
 from turnwatch.runtime.model import SessionStatus
 
 #: ``sessions`` shows this many of the most recent (and every one still processing).
@@ -36,6 +45,7 @@ def sessions(
     session still processing) unless --limit or --all says otherwise."""
     from turnwatch.cli import tables
     from turnwatch.tracing import view
+    from turnwatch.tracing.rows import damaged_summaries
     from turnwatch.watchdog.scan import annotate_findings
 
     if limit < 1:
@@ -48,13 +58,17 @@ def sessions(
     else:
         rows = annotate_findings(conn, limit=None if every else limit)
     held = view.count(conn)
+    # Rows the readers skip as damaged: of the sessions still processing (what can be pinned,
+    # through its index), or of every session with --all.
+    damaged = [f"{d}: not shown" for d in damaged_summaries(conn, processing=not every)]
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in rows], indent=2) + "\n")
-        return
+        return said_left_out(ledger_path(ledger), damaged, "damaged row(s)")
     if pinned and not rows and held:
         console.print(f"no pinned sessions ({held} session(s) in this ledger)")
-        return
+        return said_left_out(ledger_path(ledger), damaged, "damaged row(s)")
     tables.sessions_table(console, rows)
     hidden = held - len(rows)
     if hidden > 0 and not pinned:
         console.print(f"{hidden} older session(s) not shown (--limit N, or --all)")
+    return said_left_out(ledger_path(ledger), damaged, "damaged row(s)")
