@@ -6,6 +6,7 @@ service and the watchdog would not start, explain printed a traceback, prune cou
 
 from __future__ import annotations
 
+import logging
 import math
 import sqlite3
 from pathlib import Path
@@ -149,7 +150,7 @@ SUMMARY_DAMAGE = {
     "processing a blob": ("sessions", "processing = x'01'", "its processing is b'\\x01'"),
     "mode a number": ("sessions", "mode = 3", "its mode is 3, not text"),
     "pid text": ("calls", "pid = 'x'", "call 'c1': its pid is 'x', not an integer"),
-    "lingering not JSON": ("calls", "lingering = 'x'", "its lingering is not JSON"),
+    "lingering not JSON": ("calls", "lingering = 'x'", "its lingering is 'x', not JSON"),
 }
 
 
@@ -234,3 +235,69 @@ def test_prune_neither_judges_nor_deletes_a_damaged_session(tmp_path: Path) -> N
         left = [r[0] for r in raw.execute("SELECT session FROM sessions")]
     raw.close()
     assert left == ["bad"]  # kept whole: what cannot be read is not judged settled
+
+
+@pytest.mark.parametrize("what", ["stop_ts text", "pid text", "lingering not JSON"])
+def test_the_writer_folds_a_damaged_session_again_from_its_events(
+    tmp_path: Path, what: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The summary rows are the fold of the events: a writer that meets a damaged one folds the
+    session's events again and writes its rows whole, as a ledger never damaged has them.
+    Before, the fold raised on it, and every event of that session was lost from then on, one
+    log line each."""
+    path, whole = tmp_path / "ledger.sqlite3", tmp_path / "whole.sqlite3"
+    two_sessions(path)
+    with sqlite3.connect(path) as src, sqlite3.connect(whole) as dst:
+        src.backup(dst)  # the same ledger, never damaged
+    src.close()
+    dst.close()
+    damage_summary(path, what)
+    more = [
+        Event(names.ABORT_RPC_RECEIVED, "s", 5.0, turn="s.t1"),
+        Event(names.TOOL_STARTED, "s", 6.0, turn="s.t1", call="c1", tool="Bash"),
+        Event(names.TOOL_FINISHED, "t", 7.0, turn="t.t1", call="c9", tool="Read"),
+    ]
+    for target in (whole, path):
+        with caplog.at_level(logging.WARNING, logger="turnwatch.ledger"):
+            caplog.clear()
+            ledger = Ledger(target)
+            ledger.extend(more)
+            assert ledger.flush(timeout=20)
+            ledger.close()
+        assert (ledger.written, ledger.lost) == (3, 0)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1, said
+    assert "session 's'" in said[0], said
+    assert "folded again from its events" in said[0], said
+    rows = {}
+    for target in (whole, path):
+        conn = connect(target, readonly=True)
+        assert damaged_summaries(conn) == []
+        rows[target] = [r.to_json() for r in view.sessions(conn)]
+        conn.close()
+    assert rows[path] == rows[whole]
+
+
+def test_a_damaged_session_of_an_id_not_utf8_is_folded_again_as_one_session(
+    tmp_path: Path,
+) -> None:
+    """Its rows keep the id escaped (``storable_text``); the batch's events carry it raw: folded
+    again, the session is the batch's, not a second one beside it."""
+    path = tmp_path / "ledger.sqlite3"
+    sid = "x\udcff"
+    ledger = Ledger(path)
+    ledger.append(Event(names.TURN_STARTED, sid, 1.0, turn="t"))
+    ledger.append(Event(names.STOP_CLICKED, sid, 2.0, turn="t"))
+    ledger.close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE sessions SET stop_ts = 'x'")
+    raw.close()
+    ledger = Ledger(path)
+    ledger.append(Event(names.ABORT_RPC_RECEIVED, sid, 3.0, turn="t"))
+    ledger.close()
+    assert ledger.lost == 0
+    conn = connect(path, readonly=True)
+    assert damaged_summaries(conn) == []
+    (row,) = view.sessions(conn)
+    conn.close()
+    assert (row.stop_ts, row.last_ts) == (2.0, 3.0)

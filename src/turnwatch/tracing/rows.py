@@ -31,6 +31,7 @@ __all__ = [
     "event_of",
     "lingering_of",
     "read_events",
+    "row_damage",
     "shadow_summaries",
 ]
 
@@ -264,14 +265,49 @@ def damaged_summaries(
 
 
 def _damage_of(table: str, row: dict[str, Any]) -> str:
+    return row_damage(table, row) or f"{_key(table, row)}: not as the writer writes it"
+
+
+def row_damage(table: str, row: dict[str, Any]) -> str | None:
+    """What is wrong with a summary row (``sessions`` or ``calls``, as a dict by column), or None
+    for one of the writer's types: as :func:`damaged_summaries` says it. (The writer asks it of
+    each row it reads: a type test a column.)"""
+    for column, allowed in _python_types()[table]:
+        value = row.get(column)
+        if type(value) not in allowed:
+            stored = _column_types()[table][column]
+            return f"{_key(table, row)}: its {column} is {_said(value)}, not {_WORDS[stored[0]]}"
+        if column in _JSON and value is not None and not _is_json(value):
+            return f"{_key(table, row)}: its {column} is {_said(value)}, not JSON"
+    return None
+
+
+@cache
+def _python_types() -> dict[str, tuple[tuple[str, frozenset[type]], ...]]:
+    """table → (column, the Python types its storage classes read as, None's included)."""
+    read_as = {"real": float, "integer": int, "text": str}
+    return {
+        table: tuple(
+            (column, frozenset({type(None), *(read_as[c] for c in stored)}))
+            for column, stored in columns.items()
+        )
+        for table, columns in _column_types().items()
+    }
+
+
+def _is_json(text: str) -> bool:
+    try:
+        codec.loads_stored(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _key(table: str, row: dict[str, Any]) -> str:
     key = f"session {_said(row.get('session'))}"
     if table == "calls":
         key += f", call {_said(row.get('call'))}"
-    for column, stored in _column_types()[table].items():
-        value = row.get(column)
-        if value is not None and _class(value) not in stored:
-            return f"{key}: its {column} is {_said(value)}, not {_WORDS[stored[0]]}"
-    return f"{key}: its {'/'.join(sorted(_JSON & row.keys()))} is not JSON"
+    return key
 
 
 def lingering_of(text: str | None) -> list[tuple[int, float]]:

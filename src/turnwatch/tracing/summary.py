@@ -6,6 +6,7 @@ without the other; the view and the watchdog read them instead of replaying ever
 
 from __future__ import annotations
 
+import logging
 import operator
 import sqlite3
 from collections.abc import Callable, Iterable
@@ -23,6 +24,9 @@ from turnwatch.runtime.fold import (
     Store,
 )
 from turnwatch.tracing import batchsql
+from turnwatch.tracing.rows import read_events, row_damage
+
+log = logging.getLogger("turnwatch.ledger")
 
 _SESSION_COLS = SESSION_COLUMNS
 _CALL_COLS = CALL_COLUMNS
@@ -131,18 +135,46 @@ CREATE INDEX IF NOT EXISTS calls_late_grant ON calls (late_grant_ts)
         if not want_sessions and not want_calls:
             return sids, pairs
         raw = _raw_of(events)
+        damaged: dict[str, str] = {}
         for r in _SESSIONS_OF(conn, want_sessions):
             d = dict(r)
+            if (why := row_damage("sessions", d)) is not None:
+                damaged.setdefault(d["session"], why)
+                continue
             if raw:
                 _restore(d, raw, _SESSION_TEXT)
             rows.sessions[d["session"]] = SessionState(**d)
         for r in _CALLS_OF(conn, want_calls):
             d = dict(r)
+            if (why := row_damage("calls", d)) is not None:
+                damaged.setdefault(d["session"], why)
+                continue
             d["tool_class"] = d.pop("class")
             if raw:
                 _restore(d, raw, _CALL_TEXT)
             rows.calls[(d["session"], d["call"])] = CallState(**d)
+        for sid, why in damaged.items():
+            self._fold_again(conn, sid, why, raw)
         return sids, pairs
+
+    def _fold_again(
+        self, conn: sqlite3.Connection, sid: str, why: str, raw: dict[str, str]
+    ) -> None:
+        """A session whose row (or a call's) is damaged (``tracing.rows``): its rows made again
+        from its events, as they were made (the rows are the fold of the events), and written
+        whole with the batch. Folded as they were, the batch raised, and every event of the
+        session was lost from then on."""
+        store = Store()
+        fold = Fold(store)
+        for _seq, ev in read_events(conn, session=sid, on_bad=lambda _bad: None):
+            fold(ev)
+        for s in store.sessions.values():
+            _restore_state(s, raw, _SESSION_TEXT)
+            self._rows.sessions[s.session] = s
+        for c in store.calls.values():
+            _restore_state(c, raw, _CALL_TEXT)
+            self._rows.calls[(c.session, c.call)] = c
+        log.warning("turnwatch ledger: %s: folded again from its events", why)
 
 
 #: The ids a row holds that the fold compares with an event's (a session's turn, a call's tool).
@@ -170,6 +202,16 @@ def _restore(row: dict[str, object], raw: dict[str, str], cols: tuple[str, ...])
         value = row[col]
         if isinstance(value, str) and value in raw:
             row[col] = raw[value]
+
+
+def _restore_state(
+    state: SessionState | CallState, raw: dict[str, str], cols: tuple[str, ...]
+) -> None:
+    """:func:`_restore` of a state folded from events read back."""
+    for col in cols:
+        value = getattr(state, col)
+        if isinstance(value, str) and value in raw:
+            setattr(state, col, raw[value])
 
 
 _SESSION_UPSERT = batchsql.Insert("sessions", _SESSION_COLS, replace=True)
