@@ -76,18 +76,28 @@ def event_of(
 ) -> Event:
     """The event a row holds; :class:`UnreadableRow` if its columns are not an event's.
 
-    By ``type() is``, as the columns come from SQLite: text, an integer, a real, a blob."""
-    for name, value, allowed in (
-        ("kind", kind, _TEXT),
-        ("session", session, _TEXT),
-        ("turn", turn, _OPTIONAL_TEXT),
-        ("call", call, _OPTIONAL_TEXT),
-        ("tool", tool, _OPTIONAL_TEXT),
-        ("trace_id", trace_id, _OPTIONAL_TEXT),
-        ("span_id", span_id, _OPTIONAL_TEXT),
+    By ``type() is``, as the columns come from SQLite: text, an integer, a real, a blob. One
+    test of them all first: ``serve-metrics`` reads every event of the ledger as it starts."""
+    if (
+        type(kind) is not str
+        or type(session) is not str
+        or (turn is not None and type(turn) is not str)
+        or (call is not None and type(call) is not str)
+        or (tool is not None and type(tool) is not str)
+        or (trace_id is not None and type(trace_id) is not str)
+        or (span_id is not None and type(span_id) is not str)
     ):
-        if type(value) not in allowed:
-            raise UnreadableRow(seq, f"its {name} is {_said(value)}, not text")
+        for name, value, allowed in (
+            ("kind", kind, _TEXT),
+            ("session", session, _TEXT),
+            ("turn", turn, _OPTIONAL_TEXT),
+            ("call", call, _OPTIONAL_TEXT),
+            ("tool", tool, _OPTIONAL_TEXT),
+            ("trace_id", trace_id, _OPTIONAL_TEXT),
+            ("span_id", span_id, _OPTIONAL_TEXT),
+        ):
+            if type(value) not in allowed:
+                raise UnreadableRow(seq, f"its {name} is {_said(value)}, not text")
     if type(ts_unix) is not float and type(ts_unix) is not int:
         raise UnreadableRow(seq, f"its ts_unix is {_said(ts_unix)}, not a time")
     mono_ns = _mono(seq, mono_ns)
@@ -178,6 +188,8 @@ def _said(value: Any) -> str:
 _STORED = {float: ("real", "integer"), int: ("integer", "real"), str: ("text",)}
 #: Columns holding JSON text a reader parses.
 _JSON = frozenset({"lingering"})
+#: What a column of each first storage class holds, as a message says it.
+_WORDS = {"real": "a number", "integer": "an integer", "text": "text"}
 
 
 @cache
@@ -330,11 +342,3 @@ def lingering_of(text: str | None) -> list[tuple[int, float]]:
         and type(p[0]) is int
         and (type(p[1]) is float or type(p[1]) is int)
     ]
-
-
-#: What a column of each first storage class holds, as a message says it.
-_WORDS = {"real": "a number", "integer": "an integer", "text": "text"}
-
-
-def _class(value: Any) -> str:
-    return {float: "real", int: "integer", str: "text", bytes: "blob"}.get(type(value), "?")
