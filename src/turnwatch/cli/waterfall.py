@@ -23,6 +23,7 @@ from turnwatch.runtime.fold import Fold, Move
 from turnwatch.runtime.model import SessionStatus, ToolClass
 from turnwatch.tracing import view
 from turnwatch.tracing.arc import Arc, read_arc
+from turnwatch.tracing.rows import damaged_summaries
 from turnwatch.watchdog.holds import what_holds
 from turnwatch.watchdog.scan import DEFAULT_CONFIG, Config, Finding
 
@@ -106,6 +107,9 @@ def build(
     events = view.timeline(conn, session, turn, on_bad=lambda bad: left_out.append(str(bad)))
     rows = view.sessions(conn, only=session, now=now, th=cfg)
     row = rows[0] if rows else None
+    # No row: none yet, or one the readers skip as damaged, whose state is then not known.
+    damaged = [] if row else damaged_summaries(conn, session=session, limit=1)
+    left_out += [f"{d}: a damaged row, not read" for d in damaged]
     fold = Fold()
     steps = fold.feed(events)
     stop = fold.sessions.get(session)
@@ -117,7 +121,9 @@ def build(
         session,
         turn,
         (row.mode if row else None) or "unknown",
-        row.state if row and row.turn == turn else SessionStatus.IDLE,
+        row.state
+        if row and row.turn == turn
+        else (SessionStatus.UNKNOWN if damaged else SessionStatus.IDLE),
         stop_at,
     )
     ex.source = view.producer(conn, session)
