@@ -221,10 +221,19 @@ def test_a_damaged_session_row_is_said_by_the_commands_and_outlived_by_the_watch
     assert " t " in f" {listed.stdout} ", listed.stdout
     for argv in (["explain", "s"], ["recover", "s", "--dry-run"]):
         one_line_exit_2(turnwatch(*argv, "--ledger", str(path)), str(path), said, "damaged")
+    once = turnwatch("watch", "--once", "--no-recover", "--ledger", str(path))
+    assert once.returncode == 1, once.stderr  # t is pinned: findings first
+    assert said in once.stderr, once.stderr
     by_turn = turnwatch("explain", "s.t1", "--json", "--ledger", str(path))  # found by its events
     assert by_turn.returncode == 2, by_turn.stderr
     assert said in by_turn.stderr, by_turn.stderr
     assert json.loads(by_turn.stdout)["state"] == "unknown"  # it said "idle"
+    alone = tmp_path / "alone.sqlite3"
+    pinned_ledger(alone)
+    damage_summary(alone, "stop_ts text")
+    once = turnwatch("watch", "--once", "--no-recover", "--ledger", str(alone))
+    assert once.returncode == 2, (once.stdout, once.stderr)  # it said "no findings", exit 0
+    assert said in once.stderr, once.stderr
     watch = WatchService(path, "--no-recover")
     try:
         wait_until(

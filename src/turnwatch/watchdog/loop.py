@@ -65,6 +65,8 @@ class Cycle:
     #: Why the ledger could not be read in this pass (the findings are then only what the
     #: runtime itself knows), or None.
     unread: str | None = None
+    #: Rows of processing sessions this pass skipped as damaged: sessions it could not judge.
+    damaged: list[str] = field(default_factory=list)
 
     @property
     def unresolved(self) -> list[Finding]:
@@ -163,7 +165,8 @@ class Watchdog:
             try:
                 found = scan(conn, cfg=self.cfg)
                 found.findings += self._threads(conn, found)
-                self._say_damaged(damaged_summaries(conn, processing=True))
+                found.damaged = damaged_summaries(conn, processing=True)
+                self._say_damaged(found.damaged)
             finally:
                 conn.close()
         except (LedgerError, sqlite3.Error) as exc:
@@ -247,7 +250,7 @@ class Watchdog:
         # Off the loop: a runtime that runs its watchdog beside it (the demo) keeps answering
         # stops while the ledger and /proc are read (tens to hundreds of ms on a busy host).
         result = self._completed(await asyncio.to_thread(self._read))
-        out = Cycle(result.findings, unread=result.unread)
+        out = Cycle(result.findings, unread=result.unread, damaged=result.damaged)
         current: set[tuple[object, ...]] = {f.key for f in result.findings}
         for f in result.findings:
             if f.key not in self._reported:

@@ -132,6 +132,8 @@ class ScanResult:
     duration_s: float = 0.0
     #: Why the ledger could not be read (a loop's scan goes on without it), or None.
     unread: str | None = None
+    #: Rows of processing sessions the scan skipped as damaged (``tracing.rows``), said.
+    damaged: list[str] = field(default_factory=list)
 
 
 def _about(

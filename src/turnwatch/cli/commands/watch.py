@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from turnwatch.cli.common import (
+    EXIT_BAD_INPUT,
     EXIT_FINDINGS,
     GraceOpt,
     JsonOpt,
@@ -32,6 +33,9 @@ from turnwatch.cli.common import (
 )
 from turnwatch.cli.langgraph_threads import CheckpointsOpt, GraphOpt, QuietOpt
 from turnwatch.cli.shown import show
+
+if TYPE_CHECKING:
+    from turnwatch.watchdog.loop import Cycle
 
 
 @reads_ledger
@@ -163,6 +167,15 @@ def watch(
             retain_s=retain_s,
             threads=threads,
         )
+    _show(cycle, as_json)
+    if cycle.unresolved:
+        raise typer.Exit(EXIT_FINDINGS)
+    if cycle.damaged:  # said as it scanned: sessions it could not judge, so not "done"
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _show(cycle: Cycle, as_json: bool) -> None:
+    """One pass's findings, each with what was done: a table, or JSON."""
     actions = {id(a.finding): a for a in cycle.actions}
     rows = []
     for f in cycle.findings:
@@ -184,5 +197,3 @@ def watch(
                 show(console, f"{head} {what}")
         if not rows:
             console.print("no findings")
-    if cycle.unresolved:
-        raise typer.Exit(EXIT_FINDINGS)
