@@ -1,11 +1,13 @@
 """A damaged ledger, as the commands meet it. Its pages unreadable (SQLite's "database disk image
 is malformed" mid-read): each command is one line naming the file, exit 2, no traceback; the
 live page answers 503 with the same words. One event row no event can be made of: every command
-reads past it, and says it where it reads it; the services start and serve the rest.
+reads past it, and says it where it reads it; the services start and serve the rest. One
+session row of the wrong types: skipped by every reader and said, the watch service scanning on.
 
 Before: tracebacks from sessions, explain, prune, recover and watch --once; a 500 from the live
-page; and one damaged row kept watch, serve and serve-metrics from starting ("error: Expecting
-value: line 1 column 1 (char 0)", no file, no row).
+page; one damaged event row kept watch, serve and serve-metrics from starting ("error:
+Expecting value: line 1 column 1 (char 0)", no file, no row); one damaged session row ended the
+watch service at its first scan.
 """
 
 from __future__ import annotations
