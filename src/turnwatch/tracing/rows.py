@@ -13,8 +13,7 @@ event row kept the services from starting and prune from ever running, and a ses
 from __future__ import annotations
 
 import sqlite3
-import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 from functools import cache
 from typing import Any
@@ -185,7 +184,7 @@ def _said(value: Any) -> str:
 #: SQLite's storage classes a summary column's Python type is written as (an integer past 64
 #: bits as a real, as ``codec.storable`` binds it); NULL is taken in every column (one added by
 #: a later schema is NULL in the rows before it).
-_STORED = {float: ("real", "integer"), int: ("integer", "real"), str: ("text",)}
+_STORED = {"float": ("real", "integer"), "int": ("integer", "real"), "str": ("text",)}
 #: Columns holding JSON text a reader parses.
 _JSON = frozenset({"lingering"})
 #: What a column of each first storage class holds, as a message says it.
@@ -194,41 +193,45 @@ _WORDS = {"real": "a number", "integer": "an integer", "text": "text"}
 
 @cache
 def _column_types() -> dict[str, dict[str, tuple[str, ...]]]:
-    """table → column → the storage classes the writer writes it as (from the fold's state)."""
+    """table → column → the storage classes the writer writes it as (from the fold's state
+    classes' annotations, read as written: ``float | None``; no ``get_type_hints``, whose
+    evaluation cost each command that looks ~0.7 ms)."""
     out: dict[str, dict[str, tuple[str, ...]]] = {}
     for table, cls, columns in (
         ("sessions", SessionState, SESSION_COLUMNS),
         ("calls", CallState, CALL_COLUMNS),
     ):
-        hints = typing.get_type_hints(cls)
-        out[table] = {
-            column: tuple(
-                c
-                for t in typing.get_args(hints[f.name]) or (hints[f.name],)
-                for c in _STORED.get(t, ())
-            )
-            for f, column in zip(fields(cls), columns, strict=True)
-        }
+        out[table] = {}
+        for f, column in zip(fields(cls), columns, strict=True):
+            stored = tuple(c for t in str(f.type).split("|") for c in _STORED.get(t.strip(), ()))
+            if not stored:  # a state field of another type: say so, never check it wrongly
+                raise TypeError(f"{cls.__name__}.{f.name}: {f.type} is no type rows checks")
+            out[table][column] = stored
     return out
 
 
-def _sane(table: str, present: Sequence[str], alias: str = "") -> str:
+@cache
+def _sane(table: str, present: tuple[str, ...], alias: str = "") -> str:
     """SQL true for a row of ``table`` whose columns (those ``present``) are of the writer's
-    types; ``alias``: the name the row goes by in the query."""
+    types; ``alias``: the name the row goes by in the query. Each column one small test: a
+    number's is ``x + 0 IS x`` (text or a blob plus 0 is a number, never the same value), so
+    that every query through the views prepares in 70 µs, not 140 (``typeof(x) IN (…)``)."""
     parts = []
     for column, stored in _column_types()[table].items():
         if column not in present:
             continue
         col = f"{alias}{column}"
-        classes = ", ".join(f"'{c}'" for c in (*stored, "null"))
-        parts.append(f"typeof({col}) IN ({classes})")
-        if column in _JSON:
-            parts.append(f"({col} IS NULL OR json_valid({col}))")
+        if "text" not in stored:
+            parts.append(f"{col} + 0 IS {col}")
+        elif column in _JSON:
+            parts.append(f"({col} IS NULL OR (typeof({col}) = 'text' AND json_valid({col})))")
+        else:
+            parts.append(f"({col} IS NULL OR typeof({col}) = 'text')")
     return " AND ".join(parts) or "1"
 
 
-def _present(conn: sqlite3.Connection, table: str) -> list[str]:
-    return [r[1] for r in conn.execute(f"PRAGMA main.table_info({table})")]
+def _present(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
+    return tuple(r[1] for r in conn.execute(f"PRAGMA main.table_info({table})"))
 
 
 def shadow_summaries(conn: sqlite3.Connection) -> None:

@@ -6,7 +6,6 @@ without the other; the view and the watchdog read them instead of replaying ever
 
 from __future__ import annotations
 
-import logging
 import operator
 import sqlite3
 from collections.abc import Callable, Iterable
@@ -25,8 +24,6 @@ from turnwatch.runtime.fold import (
 )
 from turnwatch.tracing import batchsql
 from turnwatch.tracing.rows import read_events, row_damage
-
-log = logging.getLogger("turnwatch.ledger")
 
 _SESSION_COLS = SESSION_COLUMNS
 _CALL_COLS = CALL_COLUMNS
@@ -174,7 +171,11 @@ CREATE INDEX IF NOT EXISTS calls_late_grant ON calls (late_grant_ts)
         for c in store.calls.values():
             _restore_state(c, raw, _CALL_TEXT)
             self._rows.calls[(c.session, c.call)] = c
-        log.warning("turnwatch ledger: %s: folded again from its events", why)
+        import logging  # here: the commands that only look import this module, never logging
+
+        logging.getLogger("turnwatch.ledger").warning(
+            "turnwatch ledger: %s: folded again from its events", why
+        )
 
 
 #: The ids a row holds that the fold compares with an event's (a session's turn, a call's tool).
