@@ -120,3 +120,37 @@ def test_truncation_rotation_and_restart_lose_nothing(
     wait_until(lambda: count(ledger) == 18, timeout=30, what="the 2 lines written meanwhile")
     err = stop(p)
     assert "resuming at line 4" in err  # the rotated-in file's 3 lines were already read
+
+
+@pytest.mark.parametrize(
+    "stored",
+    ["not json", "[1, 2]", '{"dev": 1}', '{"dev": 1, "ino": 2, "offset": "x", "lineno": 3}'],
+)
+def test_an_unreadable_checkpoint_is_said_and_the_file_read_from_its_start(
+    follower: tuple[Path, Path, list[subprocess.Popen[str]]], stored: str
+) -> None:
+    """A checkpoint the ledger holds that is not one (a damaged meta row, another version's):
+    said, and the file read from its start (its lines already in the ledger counted once).
+    Before: the follow never started (a traceback: JSONDecodeError, TypeError)."""
+    src, ledger, started = follower
+    p = start(src, ledger, started)
+    append(src, events(3))
+    wait_until(lambda: count(ledger) == 3, timeout=30, what="the first 3 lines")
+    stop(p)
+    with sqlite3.connect(ledger) as conn:
+        changed = conn.execute(
+            "UPDATE meta SET value = ? WHERE key LIKE 'ingest.offset:%'", (stored,)
+        ).rowcount
+    conn.close()
+    assert changed == 1
+    append(src, events(2, start=3))
+    p = start(src, ledger, started)
+    wait_until(
+        lambda: count(ledger) == 5 or p.poll() is not None, timeout=30, what="the 2 new lines"
+    )
+    assert p.poll() is None, p.communicate()[1]
+    err = stop(p)
+    assert "Traceback" not in err, err
+    assert "checkpoint" in err, err
+    assert "from its start" in err, err
+    assert count(ledger) == 5  # the 3 read before, kept once

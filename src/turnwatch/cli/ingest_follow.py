@@ -29,13 +29,24 @@ def offset_key(source: Path) -> str:
 
 
 def stored_position(ledger: Path, source: Path) -> Position | None:
-    """Where the last ``ingest --follow`` of ``source`` into ``ledger`` stopped."""
+    """Where the last ``ingest --follow`` of ``source`` into ``ledger`` stopped; ``ValueError``
+    for a checkpoint that is none (a damaged row, another version's)."""
     conn = connect(ledger, readonly=True)
     try:
         raw = get_meta(conn, offset_key(source))
     finally:
         conn.close()
-    return Position(**json.loads(raw)) if raw else None
+    if not raw:
+        return None
+    try:
+        fields = json.loads(raw)
+        pos = Position(**fields)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+    ints = (pos.dev, pos.ino, pos.offset, pos.lineno)
+    if any(type(v) is not int or v < 0 for v in ints) or type(pos.head) is not str:
+        raise ValueError(f"{raw[:80]!r} holds no file position")
+    return pos
 
 
 def run(
@@ -50,7 +61,15 @@ def run(
     """Read ``source`` (``/dev/stdin`` for a pipe) into ``wiring``; with ``follow``, until
     interrupted, checkpointing how far it was read."""
     regular = source.is_file()
-    resume = stored_position(wiring.ledger.path, source) if follow and regular else None
+    resume = None
+    if follow and regular:
+        try:
+            resume = stored_position(wiring.ledger.path, source)
+        except ValueError as exc:  # read again: what was read before is kept once (dedup)
+            where = wiring.ledger.path
+            say(
+                f"{source}: its checkpoint in {where} is unreadable ({exc}); reading from its start"
+            )
     key = offset_key(source) if follow and regular else None
 
     def checkpoint(pos: Position) -> None:
