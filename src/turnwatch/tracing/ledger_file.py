@@ -267,11 +267,7 @@ def damaged(exc: BaseException) -> bool:
     """Whether SQLite found the file damaged, or no database (its primary code: an extended
     one, ``SQLITE_CORRUPT_INDEX``, is one of them)."""
     code = getattr(exc, "sqlite_errorcode", None)
-    return (
-        isinstance(exc, sqlite3.DatabaseError)
-        and code is not None
-        and code & 0xFF in (_NOT_A_DATABASE)
-    )
+    return isinstance(exc, sqlite3.DatabaseError) and ((code or 0) & 0xFF) in _NOT_A_DATABASE
 
 
 def _refused(exc: BaseException) -> bool:

@@ -165,7 +165,7 @@ CREATE INDEX IF NOT EXISTS calls_late_grant ON calls (late_grant_ts)
         fold = Fold(store)
         for _seq, ev in read_events(conn, session=sid, on_bad=lambda _bad: None):
             fold(ev)
-        for s in store.sessions.values():
+        for s in store.sessions.values():  # its own: a fold makes a state of its event's only
             _restore_state(s, raw, _SESSION_TEXT)
             self._rows.sessions[s.session] = s
         for c in store.calls.values():
