@@ -1,7 +1,10 @@
-"""An event row no event can be made of (its attributes not a JSON object, its time not a
-number, an id that is no text: a disk's damage, a hand's edit) is left out and said, with its
-place; every other row is read. Before, one such row raised from every reader: the metrics
-service and the watchdog would not start, explain printed a traceback, prune could never run.
+"""A damaged ledger, row by row. An event row no event can be made of (its attributes not a
+JSON object, its time not a number, an id that is no text: a disk's damage, a hand's edit) is
+left out and said, with its place; every other row is read. A summary row of other types than
+the writer writes is skipped by every reader and said; the writer folds that session's events
+again. Before, one such row raised from every reader (the services would not start, the watch
+service ended, explain printed a traceback, prune could never run), and the writer lost every
+later event of a session whose row was damaged.
 """
 
 from __future__ import annotations
