@@ -86,31 +86,31 @@ class Capped:
 
 
 @contextmanager
-def ledger_errors() -> Iterator[None]:
+def ledger_errors(path: Path | None = None) -> Iterator[None]:
     """A ledger a command cannot open or write (a read-only volume, a corrupt or foreign file, a
-    directory) is one line and exit 2, never a traceback."""
+    directory), or one SQLite cannot read past opening it (a damaged page: "database disk image
+    is malformed"; a disk's I/O error), is one line and exit 2, never a traceback. ``path``:
+    the ledger's, for SQLite's words (a LedgerError names it already)."""
+    import sqlite3
+
     from turnwatch.tracing.ledger_file import LedgerError
 
     try:
         yield
     except LedgerError as exc:
         raise fail(str(exc)) from None
+    except sqlite3.Error as exc:
+        raise fail(f"{path or 'the ledger'}: unreadable ledger ({exc})") from None
 
 
 def reads_ledger(command: Callable[P, R]) -> Callable[P, R]:
-    """``command`` (whose ``--ledger`` is :data:`LedgerOpt`) with SQLite's errors as it reads
-    the ledger, past opening it (a damaged page: "database disk image is malformed"; a disk's
-    I/O error), one line naming the file and exit 2, never a traceback."""
+    """``command`` (whose ``--ledger`` is :data:`LedgerOpt`) run in :func:`ledger_errors` of
+    its ledger: whatever it reads or writes of it, a failure is one line and exit 2."""
 
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        import sqlite3
-
-        try:
+        with ledger_errors(ledger_path(cast("Path | None", kwargs.get("ledger")))):
             return command(*args, **kwargs)
-        except sqlite3.Error as exc:
-            where = ledger_path(cast("Path | None", kwargs.get("ledger")))
-            raise fail(f"{where}: unreadable ledger ({exc})") from None
 
     return run
 

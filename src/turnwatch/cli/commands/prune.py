@@ -22,7 +22,6 @@ from turnwatch.cli.common import (
     console,
     duration,
     fail,
-    ledger_errors,
     ledger_path,
     reads_ledger,
 )
@@ -61,10 +60,9 @@ def prune(
         raise fail("prune: give --older-than DURATION (and/or --vacuum)")
     span = duration("--older-than", older_than) if older_than is not None else None
     path = ledger_path(ledger)
-    with ledger_errors():
-        # A dry run only reads: opened for writing, it would create a missing ledger, bring an
-        # older one up to date, and write a damaged one it was asked only to look at.
-        conn = connect(path, readonly=dry_run)
+    # A dry run only reads: opened for writing, it would create a missing ledger, bring an
+    # older one up to date, and write a damaged one it was asked only to look at.
+    conn = connect(path, readonly=dry_run)
     try:
         out: dict[str, object] = {}
         if vacuum:

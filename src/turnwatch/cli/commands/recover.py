@@ -16,7 +16,6 @@ from turnwatch.cli.common import (
     console,
     exporter_config,
     fail,
-    ledger_errors,
     ledger_path,
     reads_ledger,
     seconds,
@@ -54,7 +53,7 @@ def recover(
         threads.vouched.add(session)
     import asyncio
 
-    with exporter_config(), ledger_errors():
+    with exporter_config():
         dog, close = make_watchdog(
             ledger_path(ledger),
             config(grace),

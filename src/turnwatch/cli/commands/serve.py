@@ -17,7 +17,6 @@ from turnwatch.cli.common import (
     TokenOpt,
     err,
     fail,
-    ledger_errors,
     ledger_path,
     reads_ledger,
     said_lost,
@@ -92,16 +91,15 @@ def run_server(
                 raise fail(f"{token_file}: empty; a token file holds the token")
         opts = EventsOptions(token, tuple(cors_origin or ()), max_body)
     try:
-        with ledger_errors():
-            written = serve_ledger_metrics(
-                path,
-                addr,
-                poll_s=poll,
-                say=lambda m: show(err, m, soft_wrap=True),
-                events=opts,
-                page=page,
-                grace_s=grace,
-            )
+        written = serve_ledger_metrics(
+            path,
+            addr,
+            poll_s=poll,
+            say=lambda m: show(err, m, soft_wrap=True),
+            events=opts,
+            page=page,
+            grace_s=grace,
+        )
     except ValueError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:

@@ -24,7 +24,6 @@ from turnwatch.cli.common import (
     err,
     exporter_config,
     fail,
-    ledger_errors,
     ledger_path,
     read_conn,
     reads_ledger,
@@ -113,7 +112,6 @@ def watch(
     Exit 1 after --once when findings remain.
     """
     from turnwatch.cli import langgraph_threads, watchdog_program
-    from turnwatch.tracing.ledger import LedgerError
 
     seconds("--interval", interval)
     seconds("--grace", grace)
@@ -140,7 +138,7 @@ def watch(
     cfg = config(grace, pinned_after, overdue_after)
     if not once:
         try:
-            with exporter_config(), ledger_errors():
+            with exporter_config():
                 watchdog_program.loop(
                     path,
                     cfg,
@@ -153,10 +151,10 @@ def watch(
                     retain_s=retain_s,
                     threads=threads,
                 )
-        except (ValueError, OSError, LedgerError) as exc:
+        except (ValueError, OSError) as exc:
             raise fail(str(exc)) from None
         return
-    with exporter_config(), ledger_errors():
+    with exporter_config():
         cycle = watchdog_program.once(
             path,
             cfg,
