@@ -187,20 +187,22 @@ def test_serve_metrics_starts_on_a_ledger_with_a_damaged_row(pinned: Path) -> No
     assert "Traceback" not in err, err
 
 
-def test_the_watch_service_starts_and_scans_past_a_damaged_row(pinned: Path) -> None:
-    damage(pinned, "attrs not JSON", 2)
-    watch = WatchService(pinned, "--no-recover")
+def three_scans(ledger: Path) -> str:
+    """``watch`` as a service on ``ledger`` for three scans, stopped as a unit is: all it said
+    (it exited 0, no traceback)."""
+    watch = WatchService(ledger, "--no-recover")
     try:
-        wait_until(
-            lambda: watch.scans() >= 3 or watch.proc.poll() is not None,
-            timeout=90,
-            what="three scans",
-        )
-        watch.alive()
+        watch.scanned(3, "three scans")
     finally:
         code, err = watch.stop()
     assert code == 0, err
     assert "Traceback" not in err, err
+    return err
+
+
+def test_the_watch_service_starts_and_scans_past_a_damaged_row(pinned: Path) -> None:
+    damage(pinned, "attrs not JSON", 2)
+    err = three_scans(pinned)
     assert "found pinned_session s" in err, err
     assert len([ln for ln in err.splitlines() if "event 2 is unreadable" in ln]) == 1, err
 
@@ -236,17 +238,6 @@ def test_a_damaged_session_row_is_said_by_the_commands_and_outlived_by_the_watch
     once = turnwatch("watch", "--once", "--no-recover", "--ledger", str(alone))
     assert once.returncode == 2, (once.stdout, once.stderr)  # it said "no findings", exit 0
     assert said in once.stderr, once.stderr
-    watch = WatchService(path, "--no-recover")
-    try:
-        wait_until(
-            lambda: watch.scans() >= 3 or watch.proc.poll() is not None,
-            timeout=90,
-            what="three scans",
-        )
-        watch.alive()
-    finally:
-        code, err = watch.stop()
-    assert code == 0, err
-    assert "Traceback" not in err, err
+    err = three_scans(path)
     assert "found pinned_session t" in err, err
     assert len([ln for ln in err.splitlines() if said in ln]) == 1, err

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.cli.watch_service import WatchService
-from tests.conftest import wait_until
 from tests.watchdog.helpers import pinned_ledger
 
 
@@ -17,21 +16,14 @@ def test_the_watch_service_outlives_an_unreadable_ledger(tmp_path: Path) -> None
     pinned_ledger(ledger)
     watch = WatchService(ledger, "--no-recover")
     try:
-
-        def scanned(n: float, what: str) -> None:
-            wait_until(
-                lambda: watch.scans() >= n or watch.proc.poll() is not None, timeout=90, what=what
-            )
-            watch.alive()
-
-        scanned(3, "three scans")
+        watch.scanned(3, "three scans")
         aside = tmp_path / "aside.sqlite3"
         ledger.rename(aside)
         ledger.write_bytes(b"this is no database " * 400)
-        scanned(watch.scans() + 5, "five scans of the bad file")
+        watch.scanned(watch.scans() + 5, "five scans of the bad file")
         ledger.unlink()
         aside.rename(ledger)
-        scanned(watch.scans() + 3, "three scans after it is back")
+        watch.scanned(watch.scans() + 3, "three scans after it is back")
     finally:
         code, err = watch.stop()
     assert code == 0, err

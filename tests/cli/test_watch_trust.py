@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.cli.watch_service import WatchService
-from tests.conftest import Procs, turnwatch, wait_until
+from tests.conftest import Procs, turnwatch
 from tests.watchdog.helpers import Recorder, aborted_tree
 from turnwatch import names
 from turnwatch.exporters.metrics import StopMetrics
@@ -119,11 +119,7 @@ def test_the_watch_service_starts_before_any_ledger_exists(tmp_path: Path) -> No
     try:
         # A hang detector, not a speed test: loaded beyond its two cores (a CI run, two
         # burners and a second suite beside it) three scans took more than 30 s once.
-        what = "three scans of the empty ledger"
-        wait_until(
-            lambda: watch.scans() >= 3 or watch.proc.poll() is not None, timeout=90, what=what
-        )
-        watch.alive()
+        watch.scanned(3, "three scans of the empty ledger")
         assert watch.scans() >= 3, f"last scrape: {watch.last}"
         assert ledger.exists()
         watch.alive()

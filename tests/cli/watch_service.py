@@ -11,6 +11,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from tests.conftest import wait_until
 from turnwatch import names
 
 SCANS = names.M_SCAN + "_count "
@@ -52,6 +53,11 @@ class WatchService:
         line = next(ln for ln in text.splitlines() if ln.startswith(SCANS))
         self.last[:] = [line]
         return float(line.split()[-1])
+
+    def scanned(self, n: float, what: str) -> None:
+        """Wait for ``n`` scans (a hang detector, not a speed test: 90 s); raise if it exited."""
+        wait_until(lambda: self.scans() >= n or self.proc.poll() is not None, timeout=90, what=what)
+        self.alive()
 
     def alive(self) -> None:
         """Raise with what it said, if it exited."""
