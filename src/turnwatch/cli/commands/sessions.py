@@ -63,12 +63,11 @@ def sessions(
     damaged = [f"{d}: not shown" for d in damaged_summaries(conn, processing=not every)]
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in rows], indent=2) + "\n")
-        return said_left_out(ledger_path(ledger), damaged, "damaged row(s)")
-    if pinned and not rows and held:
+    elif pinned and not rows and held:
         console.print(f"no pinned sessions ({held} session(s) in this ledger)")
-        return said_left_out(ledger_path(ledger), damaged, "damaged row(s)")
-    tables.sessions_table(console, rows)
-    hidden = held - len(rows)
-    if hidden > 0 and not pinned:
-        console.print(f"{hidden} older session(s) not shown (--limit N, or --all)")
-    return said_left_out(ledger_path(ledger), damaged, "damaged row(s)")
+    else:
+        tables.sessions_table(console, rows)
+        hidden = held - len(rows)
+        if hidden > 0 and not pinned:
+            console.print(f"{hidden} older session(s) not shown (--limit N, or --all)")
+    said_left_out(ledger_path(ledger), damaged, "damaged row(s)")
