@@ -132,10 +132,17 @@ def test_a_follower_without_a_voice_still_reads_past_it(ledger: Path) -> None:
 
 
 def test_the_arc_and_the_keys_leave_a_damaged_row_out(ledger: Path) -> None:
-    damage(ledger, "attrs not JSON", 2)
-    damage(ledger, "ts text", 3)
     conn = connect(ledger, readonly=True)
-    assert read_arc(conn, "s").stops >= 0  # read, not raised
+    whole = read_arc(conn, "s")
+    conn.close()
+    assert [st.event for st in whole.steps] == [names.RUNTIME_STARTED, names.TURN_STARTED]
+    assert whole.stops == 1
+    damage(ledger, "attrs not JSON", 2)  # the turn.started
+    damage(ledger, "ts text", 3)  # the stop.clicked
+    conn = connect(ledger, readonly=True)
+    arc = read_arc(conn, "s")  # read, not raised, without the two rows
+    assert [st.event for st in arc.steps] == [names.RUNTIME_STARTED]
+    assert arc.stops == 0
     assert len(ingested_keys(conn, ["s"])["s"]) == 2
     conn.close()
 
