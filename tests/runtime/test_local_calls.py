@@ -26,6 +26,7 @@ from turnwatch.runtime import (
     Runtime,
     ToolResult,
     Turn,
+    TurnOutcome,
 )
 from turnwatch.testing import check_invariants
 
@@ -331,3 +332,45 @@ async def test_call_handle_phase_is_a_deprecated_alias_of_state(rt: Runtime) -> 
     with pytest.warns(DeprecationWarning, match="use CallHandle.state"):
         assert handle.phase is handle.state
     await handle.result()
+
+
+async def test_a_turn_never_settles_over_a_call_requested_as_its_last_one_resolved(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    """``finish()`` waits until no call is in flight. A call another task of the agent loop
+    requests in the step the last open one resolved in is in flight too: the turn settles after
+    it (it settled before it, a mutating call running: invariant 1)."""
+    turn = rt.start_turn("s")
+    read_done, write_may_end, writing = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def read() -> HostResult:
+        await read_done.wait()
+        return OK
+
+    async def write() -> HostResult:
+        writing.set()
+        await write_may_end.wait()
+        return OK
+
+    first = turn.request("Read", run=read)
+
+    async def agent_loop() -> None:
+        await first.result()  # woken before finish(): its waiter is told first
+        turn.request("Write", run=write)
+
+    loop_task = asyncio.ensure_future(agent_loop())
+    finished = asyncio.ensure_future(turn.finish())
+    await asyncio.sleep(0)  # both wait now
+    read_done.set()
+    await loop_task
+    await writing.wait()
+    await asyncio.sleep(0.05)
+    assert not turn.settled.done(), "settled while its Write runs"
+    write_may_end.set()
+    assert await finished is TurnOutcome.COMPLETED
+    assert [e.kind for e in sink.events if e.kind in (names.TOOL_FINISHED, names.TURN_SETTLED)] == [
+        names.TOOL_FINISHED,
+        names.TOOL_FINISHED,
+        names.TURN_SETTLED,
+    ]
+    assert check_invariants(sink.events) == []

@@ -171,7 +171,12 @@ class Turn:
 
     async def wait_idle(self) -> None:
         """Until every call of the turn is resolved."""
-        await self._idle.wait()
+        # Looked at again on waking: a call another task requested in the step the last open
+        # one resolved in is in flight, though the event woke us (asyncio's wait() returns
+        # once set, cleared since or not), and a turn settled over it settled over a running
+        # call.
+        while not self._idle.is_set():
+            await self._idle.wait()
 
     @property
     def in_flight(self) -> bool:
