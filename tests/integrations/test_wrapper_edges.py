@@ -388,55 +388,6 @@ async def test_sdk_a_handoffs_target_runs_its_tools_as_calls_of_the_run(
     no_violations(sink)
 
 
-# --- nested wrapped runs: a child session, stopped first by its parent's stop ---
-
-
-@pytest.mark.parametrize("inner", ["pydantic_ai", "openai_agents"])
-async def test_a_nested_runs_session_is_its_parents_child_and_stopped_first(
-    tmp_path: Path, inner: str
-) -> None:
-    path = tmp_path / "ledger.sqlite3"
-    ledger = Ledger(path)
-    rt = Runtime(LocalHost(), grace_s=GRACE, sink=FanOut(ledger, sink := MemorySink()))
-    if inner == "pydantic_ai":
-        agent = Agent(FunctionModel(calls(ToolCallPart("sh", {}, tool_call_id="i1"))))
-        agent.tool_plain(metadata={"turnwatch_class": "process"})(sh_tool(pydantic_ai.run_command))
-        child: Any = pydantic_ai.StoppableAgent(agent, rt)
-    else:
-        tool = openai_agents.tool_class(
-            function_tool(sh_tool(openai_agents.run_command), name_override="sh"), "process"
-        )
-        sdk = SdkAgent(name="a", model=scripted(("sh", {}, "i1")), tools=[tool])
-        child = openai_agents.StoppableRunner(sdk, rt)
-    outer = Agent(FunctionModel(calls(ToolCallPart("delegate", {}, tool_call_id="o1"))))
-
-    @outer.tool_plain  # mutating, the default: the stop awaits it
-    async def delegate() -> str:
-        return str(await child.run("go", session="inner"))
-
-    run = asyncio.ensure_future(pydantic_ai.StoppableAgent(outer, rt).run("go", session="outer"))
-    await until(lambda: len(marked_alive()) >= 3, what="the inner run's tree to start")
-    assert await rt.abort("outer") is Receipt.ACCEPTED
-    assert marked_alive() == []  # the inner run's process call ended within its grace window
-    with pytest.raises(RunCancelled):
-        await run
-    starts = [e for e in sink if e.kind in (names.RUNTIME_STARTED, names.TURN_STARTED)]
-    assert {e.session: e.attrs.get(names.K_PARENT_SESSION) for e in starts} == {
-        "outer": None,
-        "inner": "outer",
-    }
-    assert [e.session for e in sink if e.kind == names.TURN_SETTLED] == ["inner", "outer"]
-    assert stop_sources(sink) == ["ui", "ui"]  # the parent's stop, then its child's
-    assert outcomes(sink)["i1"] == "aborted"
-    no_violations(sink)
-    ledger.close()
-    env = {**os.environ, "COLUMNS": "200"}
-    shown = " ".join(turnwatch("explain", "inner", "--ledger", str(path), env=env).stdout.split())
-    assert "nested run of session outer" in shown
-    shown = " ".join(turnwatch("explain", "outer", "--ledger", str(path), env=env).stdout.split())
-    assert "nested runs: inner" in shown
-
-
 async def test_sdk_a_consumer_that_stops_iterating_stops_the_run(
     runtime: Runtime, sink: MemorySink, tmp_path: Path
 ) -> None:

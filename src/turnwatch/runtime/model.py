@@ -235,6 +235,11 @@ class TurnBusyError(TurnwatchError, RuntimeError):
     """The session already has a live turn."""
 
 
+class ParentStoppedError(TurnwatchError, RuntimeError):
+    """A nested run asked for by a tool of a turn whose stop already began: it never starts
+    (a stopped call starts nothing), as a call requested after the stop is refused."""
+
+
 def parse_source(source: str | StopSource) -> StopSource:
     """``source`` as a :class:`StopSource`, or a ValueError naming the valid ones."""
     try:

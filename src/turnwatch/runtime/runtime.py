@@ -19,6 +19,7 @@ from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.model import (
     DEFAULT_GRACE_S,
     Mode,
+    ParentStoppedError,
     Receipt,
     StopSource,
     TurnBusyError,
@@ -189,9 +190,17 @@ class Runtime:
 
         ``parent``: the live turn whose tool started this one (a nested run, of this runtime or
         another). Its events name the parent's session, and a stop of the parent stops this
-        turn first: the parent settles only after it.
+        turn first: the parent settles only after it. A run asked for once the parent's stop
+        began raises :class:`ParentStoppedError` and starts nothing, as a call requested then is
+        refused: the stop would never reach it, and the parent, awaiting the tool that waits for
+        the run, would settle only when the run had run its course.
         """
         parent_session = parent.session.id if parent is not None else None
+        if parent is not None and parent.stopping:
+            raise ParentStoppedError(
+                f"turn {parent.id!r} of session {parent_session!r} was stopped: the nested run "
+                f"of session {session_id!r} its tool asked for never starts"
+            )
         # The existing session, or a new one announced.
         sess = self.open_session(session_id, parent_session=parent_session)
         if sess.live is not None:
