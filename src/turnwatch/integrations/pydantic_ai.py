@@ -27,13 +27,18 @@ Approvals (``requires_approval=True``) are turnwatch permission prompts: a run t
 for them keeps its turn live ("processing") until they are answered through the next
 ``run(deferred_tool_results=...)``; an answer after a stop is refused, the run gets
 ``ToolDenied``, and the ledger records ``permission.late``.
+
+``iter()``, ``run_stream()`` and ``run_stream_events()`` are the framework's own, as turns too:
+the same keywords, the same stop (``RunCancelled`` where you iterate); leaving the block before
+the run's end is a stop (source ``cancel``), not a turn left live.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from pydantic_ai import (
@@ -43,10 +48,12 @@ from pydantic_ai import (
     ToolApproved,
     ToolDenied,
 )
+from pydantic_ai.agent import AgentRunEvents
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.exceptions import RunCancelled
+from pydantic_ai.exceptions import RunCancelled, UserError
 from pydantic_ai.messages import ToolCallPart
-from pydantic_ai.run import AgentRunResult
+from pydantic_ai.result import StreamedRunResult
+from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
@@ -160,6 +167,17 @@ class _Wrap(AbstractCapability[Any]):
         raise RunCancelled(f"tool call {call_id} was {result.outcome}")
 
 
+@dataclasses.dataclass
+class _Run:
+    """One wrapped run as its driver sees it: its turn, the keywords it runs with, its end."""
+
+    turn: Turn
+    capabilities: list[Any]
+    deferred: DeferredToolResults | None
+    #: The run's result, once it reached its end; None while it runs, or if it was left.
+    result: AgentRunResult[Any] | None = None
+
+
 class StoppableAgent(Generic[Deps, Out]):
     """A pydantic-ai ``Agent`` whose runs stop the ADR's way on ``runtime``."""
 
@@ -204,24 +222,114 @@ class StoppableAgent(Generic[Deps, Out]):
         outside is a stop too (source ``cancel``, bounded: :func:`stop_on_cancel`); one that
         raises (a bad keyword, a model error) settles its turn ``failed``.
         """
+        async with self._turn(session, deferred_tool_results, capabilities) as run:
+            run.result = await self.agent.run(
+                user_prompt,
+                deferred_tool_results=run.deferred,
+                capabilities=run.capabilities,
+                **kwargs,
+            )
+        return run.result
+
+    @contextlib.asynccontextmanager
+    async def iter(
+        self,
+        user_prompt: Any = None,
+        *,
+        session: str,
+        deferred_tool_results: DeferredToolResults | None = None,
+        capabilities: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AgentRun[Any, Any]]:
+        """``Agent.iter`` as one turn of ``session``: the framework's ``AgentRun``, driven node by
+        node by you. A stop raises ``RunCancelled`` from the step it lands in, once every call is
+        released, as :meth:`run` does; leaving the block before the run's end is a stop too
+        (source ``cancel``: nobody drives the run any more)."""
+        async with self._turn(session, deferred_tool_results, capabilities) as run:
+            async with self.agent.iter(
+                user_prompt,
+                deferred_tool_results=run.deferred,
+                capabilities=run.capabilities,
+                **kwargs,
+            ) as agent_run:
+                yield agent_run
+            run.result = agent_run.result
+
+    @contextlib.asynccontextmanager
+    async def run_stream(
+        self,
+        user_prompt: Any = None,
+        *,
+        session: str,
+        deferred_tool_results: DeferredToolResults | None = None,
+        capabilities: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[StreamedRunResult[Any, Any]]:
+        """``Agent.run_stream`` as one turn of ``session``: the framework's streamed result, whose
+        tool calls (before the output streams, and those it runs once the stream is read) are
+        the turn's calls. A stop raises ``RunCancelled`` where you read, once every call is
+        released; leaving the block before the stream was read to its end is a stop too (source
+        ``cancel``)."""
+        async with self._turn(session, deferred_tool_results, capabilities) as run:
+            async with self.agent.run_stream(
+                user_prompt,
+                deferred_tool_results=run.deferred,
+                capabilities=run.capabilities,
+                **kwargs,
+            ) as streamed:
+                yield streamed
+            try:
+                run.result = streamed.result
+            except UserError:  # not read to its end, or its end raised: it has no result
+                run.result = None
+
+    @contextlib.asynccontextmanager
+    async def run_stream_events(
+        self,
+        user_prompt: Any = None,
+        *,
+        session: str,
+        deferred_tool_results: DeferredToolResults | None = None,
+        capabilities: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AgentRunEvents[Any]]:
+        """``Agent.run_stream_events`` as one turn of ``session``: the framework's events, its run
+        in a task of its own. A stop raises ``RunCancelled`` where you iterate, once every call
+        is released; the handle's ``cancel()`` is a stop (source ``framework``); leaving the
+        block before the run's last event is a stop too (source ``cancel``)."""
+        async with self._turn(session, deferred_tool_results, capabilities) as run:
+            async with self.agent.run_stream_events(
+                user_prompt,
+                deferred_tool_results=run.deferred,
+                capabilities=run.capabilities,
+                **kwargs,
+            ) as events:
+                yield events
+            run.result = events.result
+
+    @contextlib.asynccontextmanager
+    async def _turn(
+        self,
+        session: str,
+        deferred: DeferredToolResults | None,
+        capabilities: Sequence[Any] | None,
+    ) -> AsyncIterator[_Run]:
+        """One run of the agent, whichever way it is driven, as a turn of ``session``: the
+        caller runs it with the :class:`_Run`'s keywords and sets its result once it ended."""
         turn = self._awaiting.pop(session, None)
-        if deferred_tool_results is not None and deferred_tool_results.approvals:
-            deferred_tool_results = self._answer(session, deferred_tool_results)
+        if deferred is not None and deferred.approvals:
+            deferred = self._answer(session, deferred)
         if turn is None or turn.settled.done():
             turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
         wrap = _Wrap(self, turn)
+        run = _Run(turn, [*(capabilities or ()), wrap], deferred)
         turn.on_stop.append(wrap.stop)
         running = RUN_TURN.set(turn)
         try:
             # The executor through the framework's context manager rather than its capability:
             # each run capability costs every hook of the run a context copy (measured).
             with Agent.using_thread_executor(DAEMONS):
-                result: AgentRunResult[Any] = await self.agent.run(
-                    user_prompt,
-                    deferred_tool_results=deferred_tool_results,
-                    capabilities=[*(capabilities or ()), wrap],
-                    **kwargs,
-                )
+                yield run
         except RunCancelled:
             if not turn.stopping:  # the framework's own cancel: the same walk
                 await self.runtime.abort(session, source=StopSource.FRAMEWORK, turn=turn.id)
@@ -238,14 +346,19 @@ class StoppableAgent(Generic[Deps, Out]):
         finally:
             turn.on_stop.remove(wrap.stop)
             RUN_TURN.reset(running)
-        output = result.output
+        if run.result is None:
+            # Left before its end (a ``break`` out of ``iter``, a stream not read to its end):
+            # nobody drives the run any more. That is a stop, bounded, as a cancel is.
+            self._unclaimed(session)
+            await stop_on_cancel(self.runtime, turn)
+            return
+        output = run.result.output
         if isinstance(output, DeferredToolRequests) and output.approvals:
             self._ask(turn, output.approvals)
             self.dispatch.awaits(self._awaiting, turn)
-            return result
+            return
         self._unclaimed(session)
         await turn.finish()
-        return result
 
     def _ask(self, turn: Turn, parts: Sequence[ToolCallPart]) -> None:
         """Each approval the run asks for, a permission prompt on the turn, open on return (so an
