@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from google.adk.plugins.base_plugin import BasePlugin
@@ -206,7 +206,7 @@ class StoppableRunner:
         session: str | None = None,
         abort_signal: asyncio.Event | None = None,
         **kwargs: Any,
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """``runner.run_async`` as one turn of ``session`` (``session_id`` unless given): its
         events, up to where a stop ends the run (after the answers of the calls it reached,
         or at once if it came while the model ran). ``kwargs`` go to ADK's ``run_async``."""
@@ -237,7 +237,9 @@ class StoppableRunner:
                 yield event
                 if stopped:
                     cut()  # the answers of the calls it reached are ADK's history now
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
+            # Cancelled, or its reader left (a ``break``, a closed connection): nobody reads
+            # the run any more. That is a stop (source ``cancel``), bounded.
             self.dispatch.unclaimed(sid)
             await stop_on_cancel(self.runtime, turn)
             raise

@@ -57,7 +57,7 @@ import asyncio
 import contextlib
 import functools
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -236,7 +236,7 @@ class StoppableGraph:
         session: str,
         stream_mode: str | Sequence[str] | None = None,
         **kwargs: Any,
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """``graph.astream`` as one turn of ``session``: the chunks of ``stream_mode`` (the
         graph's own default if None; a list gives ``(mode, chunk)`` pairs, as LangGraph's), up
         to where a stop ends the run: after the tools step it reached, whose update carries
@@ -254,31 +254,36 @@ class StoppableGraph:
         else:
             single, wanted = False, [str(m) for m in stream_mode]
         run = self._run(input, config, session, kwargs, modes=wanted, subgraphs=subgraphs)
-        async for mode, chunk in run:
-            ns: tuple[str, ...] = ()
-            if mode == stream_read.NESTED:
-                ns, mode, chunk = chunk
-            if mode not in wanted:
-                continue
-            if v2:
-                yield chunk  # the part whole, its namespace in it
-            elif not subgraphs:
-                yield chunk if single else (mode, chunk)
-            else:
-                yield (ns, chunk) if single else (ns, mode, chunk)
+        # Closed here, in the reader's task, when the reader leaves: its stop runs at once,
+        # not whenever the event loop finalizes an abandoned generator.
+        async with contextlib.aclosing(run):
+            async for mode, chunk in run:
+                ns: tuple[str, ...] = ()
+                if mode == stream_read.NESTED:
+                    ns, mode, chunk = chunk
+                if mode not in wanted:
+                    continue
+                if v2:
+                    yield chunk  # the part whole, its namespace in it
+                elif not subgraphs:
+                    yield chunk if single else (mode, chunk)
+                else:
+                    yield (ns, chunk) if single else (ns, mode, chunk)
 
     async def astream_events(
         self, input: Any, config: Any = None, *, session: str, **kwargs: Any
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """``graph.astream_events`` (``version="v2"``) as one turn of ``session``: its events, up
         to where a stop ends the run, as :meth:`astream`'s chunks (the wrapper reads each
         node's end to see the tools step). A run paused for approvals is waited on only
         through :meth:`ainvoke` and :meth:`astream`."""
         if kwargs.setdefault("version", "v2") != "v2":
             raise TypeError("StoppableGraph.astream_events streams version v2 events")
-        async for mode, chunk in self._run(input, config, session, kwargs, events=True):
-            if mode == stream_read.EVENT:
-                yield chunk
+        run = self._run(input, config, session, kwargs, events=True)
+        async with contextlib.aclosing(run):  # as astream's: a reader that leaves stops it
+            async for mode, chunk in run:
+                if mode == stream_read.EVENT:
+                    yield chunk
 
     async def _run(
         self,
@@ -290,7 +295,7 @@ class StoppableGraph:
         *,
         events: bool = False,
         subgraphs: bool = False,
-    ) -> AsyncIterator[tuple[str, Any]]:
+    ) -> AsyncGenerator[tuple[str, Any], None]:
         """The run's ``(mode, chunk)`` pairs of ``modes``, and of ``updates`` (the wrapper reads
         them to see the tools step), or (``events``) its ``astream_events`` as ``(stream_read.EVENT,
         event)``; then ``("stopped", None)`` if a stop ended it."""
@@ -311,7 +316,9 @@ class StoppableGraph:
             )
             async for mode, chunk in read:
                 yield mode, chunk
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
+            # Cancelled, or its reader left (a ``break``, a closed connection): nobody reads
+            # the run any more, and it would go on unread. That is a stop (source ``cancel``).
             self.dispatch.unclaimed(session)
             await stop_on_cancel(self.runtime, turn)
             raise
