@@ -145,3 +145,55 @@ def test_explain_and_recover_agree_on_what_holds_a_session(tmp_path: Path) -> No
     plan = turnwatch("recover", "p", "--dry-run", "--ledger", str(path), env=env)
     assert "Recover with: turnwatch recover p" in told.stdout, told.stdout
     assert "would" in plan.stdout, plan.stdout
+
+
+def test_explain_shows_what_the_watchdog_found_and_what_its_recovery_did(tmp_path: Path) -> None:
+    """A session the watchdog recovered: explain's steps were the walk's alone ("abort walk
+    started, source watchdog"), not what the watchdog saw 20 s after the click, nor what its
+    recovery did; the on-call engineer reading it could not tell why the stop took 20 s."""
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    t, c = "s.t1", "s.t1.c1"
+    rec("turn.started", turn=t, ago=60)
+    rec("tool.requested", turn=t, call=c, tool="Grep", ago=60, attrs={"class": "read_only"})
+    rec("stop.clicked", turn=t, ago=50, attrs={"source": "ui"})
+    rec("abort.rpc.received", turn=t, ago=50, attrs={"source": "ui", "receipt": "accepted"})
+    pending = {"finding": "pinned_session", "detail": "the abort RPC is still pending"}
+    rec("watchdog.finding", turn=t, ago=30, attrs=pending)
+    rec("abort.walk.started", turn=t, ago=30, attrs={"source": "watchdog", "inflight": 1})
+    rec(
+        "tool.result.discarded", turn=t, call=c, tool="Grep", ago=30, attrs={"outcome": "discarded"}
+    )
+    rec("turn.settled", turn=t, ago=30, attrs={"outcome": "aborted"})
+    rec("abort.rpc.returned", turn=t, ago=30, attrs={"receipt": "accepted"})
+    rec("processing.cleared", turn=t, ago=30)
+    done = {"result": "ok", "action": "call abort() in process", "receipt": "joined"}
+    rec("watchdog.recovered", turn=t, ago=30, attrs=done)
+    rec.close()
+    told = turnwatch("explain", "s", "--json", "--ledger", str(path))
+    assert told.returncode == 0, told.stderr
+    steps = {label: (offset, detail) for offset, label, detail in json.loads(told.stdout)["steps"]}
+    offset, detail = steps["watchdog found pinned_session"]
+    assert 19 < offset < 21
+    assert detail == "the abort RPC is still pending"
+    assert steps["watchdog recovered"][1] == "call abort() in process, result ok, receipt joined"
+    text = turnwatch("explain", "s", "--ledger", str(path), env={"COLUMNS": "120"}).stdout
+    assert "watchdog found pinned_session" in text
+    assert "watchdog recovered" in text
+
+
+def test_explain_of_a_turn_never_stopped_still_shows_what_the_watchdog_found(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    rec("turn.started", turn="s.t1", ago=60)
+    rec("turn.settled", turn="s.t1", ago=50, attrs={"outcome": "completed"})
+    left = {"finding": "background_process", "detail": "pid 4242 (npm run dev) outlived its call"}
+    rec("watchdog.finding", turn="s.t1", ago=20, attrs=left)
+    rec.close()
+    told = turnwatch("explain", "s", "--ledger", str(path), env={"COLUMNS": "120"})
+    assert told.returncode == 0, told.stderr
+    assert "never stopped" in told.stdout
+    assert "watchdog found background_process" in told.stdout
+    assert "outlived its call" in told.stdout

@@ -20,7 +20,7 @@ from turnwatch.cli.shown import recover_with, show, visible
 from turnwatch.cli.tables import seconds
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Fold, Move
-from turnwatch.runtime.model import SessionStatus, ToolClass
+from turnwatch.runtime.model import RecoveryResult, SessionStatus, ToolClass
 from turnwatch.tracing import view
 from turnwatch.tracing.arc import Arc, read_arc
 from turnwatch.tracing.rows import damaged_summaries
@@ -137,6 +137,9 @@ def build(
                 move is Move.STOP and (Move.RPC in st.moves or Move.UI_CLICK in st.moves)
             ):
                 ex.steps.append((st.ev.ts_unix - t0, _STEP_LABEL[move], _detail(st.ev)))
+        said = _watchdog_step(st.ev)
+        if said is not None:  # what the watchdog saw, and what its recovery did: steps too
+            ex.steps.append((st.ev.ts_unix - t0, *said))
     ex.steps.sort(key=lambda step: step[0])  # a click that arrived late is still the first step
 
     def off(ts: float | None) -> float | None:
@@ -219,6 +222,21 @@ def _detail(e: Event) -> str:
     return ", ".join(parts)
 
 
+def _watchdog_step(e: Event) -> tuple[str, str] | None:
+    """A watchdog's own step in a turn (its finding, its recovery's end) as a label and its
+    detail; None for any other event. Each is recorded once (a finding once per key)."""
+    if e.kind == names.WATCHDOG_FINDING:
+        finding = e.attrs.get(names.K_FINDING, "?")
+        return f"watchdog found {finding}", str(e.attrs.get(names.K_DETAIL, ""))
+    if e.kind != names.WATCHDOG_RECOVERED:
+        return None
+    result = e.attrs.get(names.K_RESULT)
+    label = "watchdog recovered" if result == RecoveryResult.OK else f"watchdog recovery {result}"
+    keys = (names.K_RESULT, names.K_RECEIPT, names.K_ERROR)
+    parts = [str(e.attrs[names.K_ACTION])] if names.K_ACTION in e.attrs else []
+    return label, ", ".join(parts + [f"{k} {e.attrs[k]}" for k in keys if k in e.attrs])
+
+
 def _offset(x: float) -> str:
     """An offset from the stop, signed: a call released before the click shows ``-10.0 ms``."""
     return ("+" if x >= 0 else "-") + seconds(abs(x))
@@ -268,8 +286,10 @@ def render(console: Console, ex: Explanation, ledger_hint: str = "") -> None:
         walk.add_column(col)
     for off, label, detail in ex.steps:
         walk.add_row(_offset(off), label, Text(visible(detail), style="dim"))
-    # No stop's steps to draw: say so (the calls are timed from the turn's start).
-    steps = walk if stopped else Text("never stopped: no stop reached this turn", style="dim")
+    # No stop's steps to draw: say so (the calls are timed from the turn's start); what the
+    # watchdog found in the turn is still drawn.
+    never = Text("never stopped: no stop reached this turn", style="dim")
+    steps = walk if stopped else (Group(never, walk) if ex.steps else never)
     # At 80 columns the class and the containment go (the policy says what a stop did), and the
     # bar narrows; nothing a reader needs is cut to an ellipsis.
     wide = console.width >= WIDE
