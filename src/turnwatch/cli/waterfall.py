@@ -137,9 +137,9 @@ def build(
                 move is Move.STOP and (Move.RPC in st.moves or Move.UI_CLICK in st.moves)
             ):
                 ex.steps.append((st.ev.ts_unix - t0, _STEP_LABEL[move], _detail(st.ev)))
-        said = _watchdog_step(st.ev)
-        if said is not None:  # what the watchdog saw, and what its recovery did: steps too
-            ex.steps.append((st.ev.ts_unix - t0, *said))
+        if Move.FINDING in st.moves or Move.RECOVERED in st.moves:
+            # What the watchdog saw, and what its recovery did: steps of the turn too.
+            ex.steps.append((st.ev.ts_unix - t0, *_watchdog_step(st.ev, st.moves)))
     ex.steps.sort(key=lambda step: step[0])  # a click that arrived late is still the first step
 
     def off(ts: float | None) -> float | None:
@@ -222,14 +222,12 @@ def _detail(e: Event) -> str:
     return ", ".join(parts)
 
 
-def _watchdog_step(e: Event) -> tuple[str, str] | None:
-    """A watchdog's own step in a turn (its finding, its recovery's end) as a label and its
-    detail; None for any other event. Each is recorded once (a finding once per key)."""
-    if e.kind == names.WATCHDOG_FINDING:
+def _watchdog_step(e: Event, moves: tuple[Move, ...]) -> tuple[str, str]:
+    """A watchdog's own step in a turn (its finding, its recovery's end: the fold's moves) as a
+    label and its detail. Each is recorded once (a finding once per key)."""
+    if Move.FINDING in moves:
         finding = e.attrs.get(names.K_FINDING, "?")
         return f"watchdog found {finding}", str(e.attrs.get(names.K_DETAIL, ""))
-    if e.kind != names.WATCHDOG_RECOVERED:
-        return None
     result = e.attrs.get(names.K_RESULT)
     label = "watchdog recovered" if result == RecoveryResult.OK else f"watchdog recovery {result}"
     keys = (names.K_RESULT, names.K_RECEIPT, names.K_ERROR)
