@@ -108,7 +108,8 @@ class StopSource(StrEnum):
     CLI = "cli"
     WATCHDOG = "watchdog"
     #: The framework's own cancel of a wrapped run (a user's token, ``RunContext.cancel()``,
-    #: the SDK's ``cancel()``).
+    #: the SDK's ``cancel()``), or the agent loop's own end: it raised while calls of its turn
+    #: ran (``Turn.finish(FAILED)``), and the turn is then recorded ``failed``.
     FRAMEWORK = "framework"
     #: The task running a wrapped run was cancelled from outside (``wait_for``, a task group,
     #: Ctrl-C).

@@ -23,7 +23,6 @@ from turnwatch.runtime.model import (
     Receipt,
     StopSource,
     TurnBusyError,
-    TurnOutcome,
     UnknownSessionError,
     UnknownTurnError,
     parse_source,
@@ -88,6 +87,7 @@ class Runtime:
             self.rules.runs_in_place,
             self._on_idle,
             max_settled_turns,
+            self._stop_failed,
         )
         # Settled sessions are kept a while, then evicted to tombstones (runtime.retention).
         self.retention = Retention(retain_s=retain_settled_s, max_settled=max_settled)
@@ -378,7 +378,12 @@ class Runtime:
         await turn.wait_idle()
         if turn.lingering is not None:
             await turn.lingering
-        turn.settle(TurnOutcome.ABORTED)
+        turn.settle(turn.stop_outcome)
+
+    async def _stop_failed(self, turn: Turn) -> None:
+        """``turn``'s agent loop raised with calls in flight (``Turn.finish(FAILED)``): the stop,
+        source ``framework`` (the run's own end), settling it failed."""
+        await self.abort(turn.session.id, source=StopSource.FRAMEWORK, turn=turn.id)
 
     def _walk(self, turn: Turn, src: StopSource) -> None:
         """The abort walk: for each in-flight call, the handler its signal would run."""

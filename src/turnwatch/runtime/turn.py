@@ -50,6 +50,9 @@ class SessionEnv:
     on_idle: Callable[[str], None] | None = None
     #: Settled turns a session keeps whole; older ones are folded (runtime.retention).
     max_settled_turns: int = MAX_SETTLED_TURNS
+    #: The runtime's stop of a turn (its walk, source ``framework``): how ``finish(FAILED)``
+    #: releases the calls a raising agent loop left in flight.
+    stop: Callable[[Turn], Coroutine[Any, Any, object]] | None = None
 
 
 class Owner(Protocol):
@@ -100,6 +103,9 @@ class Turn:
         self.settled_at: float | None = None
         # True once an ADR walk ran (a watchdog stop walks even a legacy turn once).
         self.walked = False
+        # What a stop settles the turn as: aborted, or failed when the agent loop raised and
+        # the stop released what it left running (finish(FAILED)).
+        self.stop_outcome = TurnOutcome.ABORTED
         # The walk's task that ends what the turn's finished calls left running.
         self.lingering: asyncio.Task[None] | None = None
         # The trace this turn belongs to (an agent framework's run span), if any: a stop that
@@ -348,6 +354,15 @@ class Turn:
         """The agent loop is done: settle the turn with ``outcome`` once its calls are resolved
         (``failed``: the loop raised), or join the stop that is settling it."""
         if self.stop_task is not None or self.settled.done():
+            return await asyncio.shield(self.settled)
+        stop = self.session.env.stop
+        if outcome is TurnOutcome.FAILED and self.in_flight and stop is not None:
+            # The loop raised: nobody will take these calls' results. They are released as a
+            # stop releases them (a turn abort, TOOL_ABORTED: a process call ended within the
+            # grace window, a write awaited, a prompt closed), and the turn is recorded failed.
+            # Waited for, a Bash that ignores SIGTERM held the turn for as long as it ran.
+            self.stop_outcome = TurnOutcome.FAILED
+            await stop(self)
             return await asyncio.shield(self.settled)
         await self.wait_idle()
         if not self.settled.done() and self.stop_task is None:
