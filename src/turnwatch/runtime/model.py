@@ -112,7 +112,7 @@ class StopSource(StrEnum):
     #: ran (``Turn.finish(FAILED)``), and the turn is then recorded ``failed``.
     FRAMEWORK = "framework"
     #: The task running a wrapped run was cancelled from outside (``wait_for``, a task group,
-    #: Ctrl-C).
+    #: Ctrl-C), or its reader left a streamed run before its end (a ``break``).
     CANCEL = "cancel"
 
 
