@@ -316,3 +316,25 @@ async def test_run_stream_events_read_to_the_end_completes_and_left_early_stops(
     assert settled(sink) == ["completed", "aborted"]
     assert not runtime.session("s").processing
     no_violations(sink)
+
+
+async def test_a_server_whose_client_went_away_stops_the_run(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    """A web server streams the answer from an async generator; the client disconnects, and the
+    server closes the generator (``GeneratorExit`` inside the block): a stop, not a failure."""
+    agent = Agent(FunctionModel(stream_function=streamed()))
+    wrapped = StoppableAgent(agent, runtime)
+
+    async def chat() -> AsyncIterator[str]:
+        async with wrapped.run_stream("go", session="s") as stream:
+            async for text in stream.stream_text(delta=True):
+                yield text
+
+    response = chat()
+    assert await anext(response)  # the first words reached the client
+    await response.aclose()  # type: ignore[attr-defined]
+    assert stop_sources(sink) == ["cancel"]
+    assert settled(sink) == ["aborted"]
+    assert not runtime.session("s").processing
+    no_violations(sink)

@@ -335,7 +335,9 @@ class StoppableAgent(Generic[Deps, Out]):
                 await self.runtime.abort(session, source=StopSource.FRAMEWORK, turn=turn.id)
             await turn.finish()
             raise
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
+            # Cancelled, or the block closed under a generator whose reader left (a server's
+            # client gone): nobody reads the run any more. A stop (source ``cancel``), bounded.
             self._unclaimed(session)
             await stop_on_cancel(self.runtime, turn)
             raise
