@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -326,14 +326,14 @@ async def test_a_server_whose_client_went_away_stops_the_run(
     agent = Agent(FunctionModel(stream_function=streamed()))
     wrapped = StoppableAgent(agent, runtime)
 
-    async def chat() -> AsyncIterator[str]:
+    async def chat() -> AsyncGenerator[str, None]:
         async with wrapped.run_stream("go", session="s") as stream:
             async for text in stream.stream_text(delta=True):
                 yield text
 
     response = chat()
     assert await anext(response)  # the first words reached the client
-    await response.aclose()  # type: ignore[attr-defined]
+    await response.aclose()
     assert stop_sources(sink) == ["cancel"]
     assert settled(sink) == ["aborted"]
     assert not runtime.session("s").processing
