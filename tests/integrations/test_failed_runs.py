@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from agents import Agent as SdkAgent
+from agents import Tool, function_tool
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from pydantic_ai import Agent
@@ -18,13 +20,17 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
 from tests.conftest import GRACE, until
+from tests.integrations import test_google_adk as adk
 from tests.integrations.lg_graphs import Scripted, agent_graph
 from tests.integrations.procs import marked_alive as lg_alive
 from tests.integrations.test_langgraph import classed
+from tests.integrations.test_openai_agents import scripted
 from tests.integrations.test_pydantic_ai import TERM_IGNORING_TREE, calls, marked_alive, outcomes
-from tests.integrations.test_wrapper_edges import settled
+from tests.integrations.test_wrapper_edges import settled, sh_tool
+from turnwatch.integrations import openai_agents
 from turnwatch.integrations.langgraph import StoppableGraph, tool_node
-from turnwatch.integrations.pydantic_ai import StoppableAgent, run_command
+from turnwatch.integrations.pydantic_ai import StoppableAgent
+from turnwatch.integrations.wrappers import run_command
 from turnwatch.runtime import MemorySink, Runtime
 from turnwatch.testing import check_invariants
 
@@ -81,6 +87,56 @@ async def test_langgraph_a_run_that_fails_ends_what_its_calls_left_running(
     with pytest.raises(RuntimeError, match="the index is corrupt"):
         await asyncio.wait_for(run, GRACE + SLACK_S)
     assert lg_alive("s") == []
+    assert outcomes(sink) == {"r1": "failed", "p1": "aborted"}
+    assert settled(sink) == ["failed"]
+    assert check_invariants(list(sink)) == []
+
+
+async def test_sdk_a_run_that_fails_ends_what_its_calls_left_running(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    async def look() -> str:
+        """A read that fails once the shell runs."""
+        await until(lambda: len(marked_alive()) >= 3, what="the tree to start")
+        raise RuntimeError("the index is corrupt")
+
+    tools: list[Tool] = [
+        openai_agents.tool_class(
+            function_tool(sh_tool(openai_agents.run_command), name_override="sh"), "process"
+        ),
+        # failure_error_function=None: the tool's error fails the run, as the SDK raises it.
+        openai_agents.tool_class(function_tool(look, failure_error_function=None), "read_only"),
+    ]
+    sdk = SdkAgent(name="a", model=scripted(("sh", {}, "p1"), ("look", {}, "r1")), tools=tools)
+    run = openai_agents.StoppableRunner(sdk, runtime).run("go", session="s")
+    with pytest.raises(Exception, match="the index is corrupt"):
+        await asyncio.wait_for(run, GRACE + SLACK_S)
+    assert marked_alive() == []
+    assert outcomes(sink) == {"r1": "failed", "p1": "aborted"}
+    assert settled(sink) == ["failed"]
+    assert check_invariants(list(sink)) == []
+
+
+async def test_adk_a_run_that_fails_ends_what_its_calls_left_running(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    async def sh() -> str:
+        """a shell command that ignores SIGTERM"""
+        return (await run_command(["bash", "-c", TERM_IGNORING_TREE])).output
+
+    async def look() -> str:
+        """a read that fails once the shell runs"""
+        await until(lambda: len(lg_alive(sid)) >= 3, what="the tree to start")
+        raise RuntimeError("the index is corrupt")
+
+    tools = [adk.classed(sh, "process"), adk.classed(look, "read_only")]
+    step = adk.says(adk.call("p1", "sh"), adk.call("r1", "look"))
+    runner, app = adk.wrapped(runtime, tools, adk.model(step))
+    sid = await adk.new_session(runner)
+    run = adk.consume(app.run_async(user_id="u", session_id=sid, new_message=adk.HI))
+    with pytest.raises(Exception, match="the index is corrupt"):
+        await asyncio.wait_for(run, GRACE + SLACK_S)
+    assert lg_alive(sid) == []
     assert outcomes(sink) == {"r1": "failed", "p1": "aborted"}
     assert settled(sink) == ["failed"]
     assert check_invariants(list(sink)) == []
