@@ -27,7 +27,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from turnwatch.integrations.langgraph import _Hook
+from turnwatch.integrations.langgraph_nodes import Hook
 from turnwatch.integrations.wrappers import CLASS_KEY, declared_class
 from turnwatch.runtime.model import ToolClass
 from turnwatch.runtime.runtime import Runtime
@@ -47,7 +47,7 @@ class TurnwatchMiddleware(AgentMiddleware):
     ) -> None:
         super().__init__()
         default = declared_class("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
-        self.hook = _Hook(runtime, tools, default)
+        self.hook = Hook(runtime, tools, default)
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
