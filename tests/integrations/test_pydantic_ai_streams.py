@@ -84,14 +84,16 @@ def returned(messages: list[ModelMessage]) -> list[str]:
 # --- iter: the run driven node by node ---
 
 
-async def test_iter_a_stopped_process_tool_ends_within_its_grace(
-    runtime: Runtime, sink: MemorySink
+@pytest.mark.parametrize("how", ["iter", "run_stream_events"])
+async def test_a_stopped_process_tool_ends_within_its_grace(
+    runtime: Runtime, sink: MemorySink, how: str
 ) -> None:
+    """Driven node by node, or read as events (the run in a task of its own): the same stop."""
     wrapped = StoppableAgent(process_agent(), runtime)
 
     async def drive() -> None:
-        async with wrapped.iter("go", session="s") as run:
-            async for _node in run:
+        async with getattr(wrapped, how)("go", session="s") as run:
+            async for _item in run:
                 pass
 
     task = asyncio.ensure_future(drive())
@@ -244,27 +246,6 @@ async def test_a_stream_whose_reader_is_cancelled_is_a_stop_bounded_by_the_grace
 
 
 # --- run_stream_events: the run's events, the run in a task of its own ---
-
-
-async def test_run_stream_events_a_stopped_process_tool_ends_within_its_grace(
-    runtime: Runtime, sink: MemorySink
-) -> None:
-    wrapped = StoppableAgent(process_agent(), runtime)
-
-    async def read() -> None:
-        async with wrapped.run_stream_events("go", session="s") as events:
-            async for _event in events:
-                pass
-
-    task = asyncio.ensure_future(read())
-    await until(lambda: len(marked_alive()) >= 3, what="the tree to start")
-    assert await runtime.abort("s") is Receipt.ACCEPTED
-    assert marked_alive() == []
-    with pytest.raises(RunCancelled):
-        await task
-    assert outcomes(sink) == {"p1": "aborted"}
-    assert settled(sink) == ["aborted"]
-    no_violations(sink)
 
 
 async def test_run_stream_events_the_handles_cancel_is_the_same_stop(
