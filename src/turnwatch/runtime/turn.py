@@ -351,8 +351,9 @@ class Turn:
     # --- settlement ---
 
     async def finish(self, outcome: TurnOutcome = TurnOutcome.COMPLETED) -> TurnOutcome:
-        """The agent loop is done: settle the turn with ``outcome`` once its calls are resolved
-        (``failed``: the loop raised), or join the stop that is settling it."""
+        """The agent loop is done: settle the turn with ``outcome`` once its calls are resolved,
+        or join the stop that is settling it. ``failed`` (the loop raised) with calls in flight
+        releases them as a stop does (source ``framework``) and settles the turn failed."""
         if self.stop_task is not None or self.settled.done():
             return await asyncio.shield(self.settled)
         stop = self.session.env.stop
