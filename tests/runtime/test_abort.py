@@ -73,6 +73,29 @@ async def test_pending_permission_is_cancelled_and_a_later_approval_refused(
     assert check_invariants(sink) == []
 
 
+async def test_an_approval_asked_for_after_the_stop_is_refused(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    """A framework that asks its user after the stop reached the turn (its request was on its
+    way): the call is refused, and an approval sent for it later is late, not unknown."""
+    turn = runtime.start_turn("s")
+    slow = turn.request("Bash", {"command": "sleep 30"})
+    await until(lambda: sink.of(names.TOOL_STARTED), what="the command")
+    stop = asyncio.ensure_future(runtime.abort("s"))
+    await until(lambda: turn.stopping, what="the stop")
+    asked = turn.request(
+        "Write", {"path": str(tmp_path / "x"), "content": "x"}, ask_permission=True
+    )
+    await stop
+    assert (await asked.result()).outcome is Outcome.REFUSED
+    assert runtime.answer_permission("s", asked.call_id, True) is Answer.LATE
+    assert sink.of(names.PERMISSION_LATE, call=asked.call_id)
+    assert sink.of(names.TOOL_STARTED, call=asked.call_id) == []
+    assert not (tmp_path / "x").exists()
+    assert (await slow.result()).outcome is Outcome.ABORTED
+    assert check_invariants(sink) == []
+
+
 async def test_permission_granted_and_denied(sink: MemorySink, tmp_path: Path) -> None:
     runtime = Runtime(LocalHost(), grace_s=GRACE, sink=sink, ask_permission=ask_for("Write"))
     turn = runtime.start_turn("s")

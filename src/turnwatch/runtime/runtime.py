@@ -12,13 +12,14 @@ from typing import Any
 
 from turnwatch import names
 from turnwatch.runtime import procfs
-from turnwatch.runtime.calls import CallEnv
+from turnwatch.runtime.calls import Call, CallEnv
 from turnwatch.runtime.clock import REAL, Clock
 from turnwatch.runtime.events import Event, EventSink, now_event
 from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.model import (
     DEFAULT_GRACE_S,
     Mode,
+    Outcome,
     ParentStoppedError,
     Receipt,
     StopSource,
@@ -223,7 +224,11 @@ class Runtime:
             return Answer.LATE
         sess = self.session(session_id)
         call = next((t.calls[call_id] for t in sess.turns.values() if call_id in t.calls), None)
-        if call is None and sess.folded(PROMPTED, call_id):  # long over, the prompt with it
+        # Long over, the prompt with it; or refused before its prompt opened (a framework asked
+        # after the stop reached the turn): no answer can start it.
+        if (call is None and sess.folded(PROMPTED, call_id)) or (
+            call is not None and call.prompt is None and _refused(call)
+        ):
             self.emit(
                 names.PERMISSION_LATE, session_id, call=call_id, attrs={names.K_APPROVED: approved}
             )
@@ -436,3 +441,8 @@ def _clicked_event(session: str, turn: str, clicked_at: float, src: StopSource) 
 def _own_create_time() -> float:
     me = procfs.read(os.getpid())
     return me.create_time if me is not None else time.time()  # no /proc: start time unknown
+
+
+def _refused(call: Call) -> bool:
+    """True if ``call`` was refused: asked for after the stop, or named by an early abort."""
+    return call.result.done() and call.result.result().outcome is Outcome.REFUSED
