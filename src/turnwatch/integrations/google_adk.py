@@ -30,8 +30,12 @@ Wrapped:
   again, and ADK has no unanswered call to seal as aborted. A stop while the model runs sets it
   at once. The caller's own ``abort_signal`` set, or the task reading the run cancelled from
   outside, is the same stop (sources ``framework`` and ``cancel``).
-- A call that ADK's tool confirmation holds (``require_confirmation``) is ADK's until it is
-  confirmed: ADK asks, and answers a rejection; once confirmed it runs as a turnwatch call.
+- A call that ADK's tool confirmation holds (``require_confirmation``, or the tool's own
+  ``request_confirmation()``) is a permission the turn waits on
+  (:mod:`~turnwatch.integrations.google_adk_confirmations`): the run ends asking, the turn does
+  not settle, and the next ``run_async`` whose message answers it goes on in that turn. A stop
+  while it waits settles the turn, and a confirmation sent after it is refused: the tool never
+  runs. A message that answers none abandons the wait (the turn is stopped, as a Stop would).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from google.adk.tools.mcp_tool.mcp_tool import McpTool
 from google.adk.tools.tool_context import ToolContext
 from google.adk.utils._sync_runner import _use_executor_for_sync_callables
 
+from turnwatch.integrations import google_adk_confirmations as confirmations
 from turnwatch.integrations.daemon_threads import DAEMONS
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
@@ -159,8 +164,13 @@ class TurnwatchPlugin(BasePlugin):
         cls = self.classes.get(tool.name) or self.learn(tool)
         join_current_trace(turn)  # ADK's execute_tool span, if the run had none of its own
         call_id = ctx.function_call_id or turn.next_call_id()
+        # A run its user's confirmation allowed is the prompt's call (by the request's id);
+        # one told "no" is a call of its own (its id may have run already, asking).
+        ours = self.dispatch.renamed.pop((turn.session.id, call_id), None)
+        if ours is None and ctx.tool_confirmation is not None:
+            ours = turn.next_call_id()
         value, error, result = await self.dispatch.run(
-            turn, tool.name, cls, call_id, args, _run_tool, (run, args, ctx)
+            turn, tool.name, cls, ours or call_id, args, _run_tool, (run, args, ctx)
         )
         if result.outcome in _DONE:
             return value  # its real result, after the stop too
@@ -197,6 +207,8 @@ class StoppableRunner:
         self.plugin: TurnwatchPlugin = ours[0]
         self.runner, self.runtime = runner, runtime
         self.dispatch = dispatcher(runtime.host, "StoppableRunner")
+        #: Sessions whose turn waits on its user's confirmations: the run answering goes on.
+        self._awaiting: dict[str, Turn] = {}
 
     async def run_async(
         self,
@@ -205,13 +217,16 @@ class StoppableRunner:
         session_id: str,
         session: str | None = None,
         abort_signal: asyncio.Event | None = None,
+        new_message: Any = None,
         **kwargs: Any,
     ) -> AsyncGenerator[Any, None]:
         """``runner.run_async`` as one turn of ``session`` (``session_id`` unless given): its
         events, up to where a stop ends the run (after the answers of the calls it reached,
-        or at once if it came while the model ran). ``kwargs`` go to ADK's ``run_async``."""
+        or at once if it came while the model ran); a run that ends asking its user to confirm
+        a call leaves the turn waiting, and the run whose ``new_message`` answers goes on in it.
+        ``kwargs`` go to ADK's ``run_async``."""
         sid = session or session_id
-        turn = self._turn(sid)
+        turn, new_message = await self._turn(sid, new_message)
         loop = asyncio.get_running_loop()
         native = asyncio.Event()  # ADK's own abort: set once nothing of a tools step runs
         stopped = False
@@ -230,10 +245,15 @@ class StoppableRunner:
         watch = loop.create_task(self._watch(abort_signal, turn)) if abort_signal else None
         running, plugin = RUN_TURN.set(turn), _PLUGIN.set(self.plugin)
         events = self.runner.run_async(
-            user_id=user_id, session_id=session_id, abort_signal=native, **kwargs
+            user_id=user_id,
+            session_id=session_id,
+            new_message=new_message,
+            abort_signal=native,
+            **kwargs,
         )
         try:
             async for event in events:
+                confirmations.ask(turn, self.dispatch, event)
                 yield event
                 if stopped:
                     cut()  # the answers of the calls it reached are ADK's history now
@@ -255,12 +275,26 @@ class StoppableRunner:
             RUN_TURN.reset(running)
             _PLUGIN.reset(plugin)
         self.dispatch.unclaimed(sid)
+        if not turn.stopping and confirmations.waits(turn):
+            self.dispatch.awaits(self._awaiting, turn)  # until its user answers, or a stop
+            return
         await turn.finish()
 
-    def _turn(self, session: str) -> Turn:
+    async def _turn(self, session: str, message: Any) -> tuple[Turn, Any]:
+        """The run's turn, and the message ADK is given: one that answers the confirmations a
+        turn waits on goes on in it (one the stop came before, a rejection); any other, while
+        they wait, abandons them (their turn stopped) and starts a new turn."""
+        waiting = self._awaiting.pop(session, None)
+        message, answered = confirmations.answer(self.runtime, self.dispatch, session, message)
+        if waiting is not None and answered and not waiting.stopping and not waiting.settled.done():
+            return waiting, message
+        if waiting is not None and not waiting.settled.done():
+            if not waiting.stopping:
+                await self.runtime.abort(session, source=StopSource.FRAMEWORK, turn=waiting.id)
+            await asyncio.shield(waiting.settled)
         turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
         join_current_trace(turn)  # the span the run is called in
-        return turn
+        return turn, message
 
     async def _watch(self, signal: asyncio.Event, turn: Turn) -> None:
         """The caller's own ``abort_signal``: set, it is the stop (source ``framework``)."""

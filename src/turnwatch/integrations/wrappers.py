@@ -245,11 +245,16 @@ class Dispatcher:
 
     def release(self, session: str, calls: Iterable[str]) -> None:
         """The slots of ``calls``, resolved without the framework running them (a stop settled
-        their turn): dropped, a handler still awaited cancelled (no framework run takes it)."""
-        for cid in calls:
+        their turn): dropped, a handler still awaited cancelled (no framework run takes it), and
+        what renamed a framework call to one of them."""
+        ids = set(calls)
+        for cid in ids:
             slot = self.slots.pop((session, cid), None)
             if slot is not None and not slot.handler.done():
                 slot.handler.cancel()
+        if self.renamed:  # and the names their framework calls would have run under
+            for key in [k for k, v in self.renamed.items() if k[0] == session and v in ids]:
+                del self.renamed[key]
 
     def add_tools(self, names: Sequence[str]) -> None:
         for name in names:

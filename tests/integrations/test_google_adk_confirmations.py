@@ -1,0 +1,277 @@
+"""ADK's tool confirmations in a wrapped run: the turn's pending permissions.
+
+A tool that requires confirmation (``FunctionTool(…, require_confirmation=True)``, or one that
+calls ``tool_context.request_confirmation()`` itself) ends ADK's run with an
+``adk_request_confirmation`` call for the user to answer in the next run. Until it is answered
+a permission can still be approved: the turn does not settle (invariant 1), and a stop while it
+waits closes the prompt, so a confirmation sent after the stop never runs the tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from google.adk.tools.function_tool import FunctionTool
+from google.adk.tools.tool_context import ToolContext
+from google.genai import types
+
+from tests.integrations.test_google_adk import (
+    HI,
+    call,
+    consume,
+    history,
+    model,
+    new_session,
+    says,
+    wrapped,
+)
+from turnwatch import names
+from turnwatch.runtime import MemorySink, Receipt, Runtime
+from turnwatch.runtime.model import Phase
+from turnwatch.testing import check_invariants
+
+CONFIRM = "adk_request_confirmation"
+OK = says(types.Part(text="ok"))
+
+
+@pytest.fixture
+def rt(runtime: Runtime) -> Runtime:
+    return runtime
+
+
+class Writes:
+    """A write that requires confirmation (ADK's gate), and what it wrote."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+        self.release = asyncio.Event()
+        self.release.set()
+
+        async def write(text: str) -> str:
+            """a write the user must confirm"""
+            await self.release.wait()
+            self.written.append(text)
+            return "written"
+
+        self.tool = FunctionTool(write, require_confirmation=True)
+        self.tool.custom_metadata = {"turnwatch_class": "mutating"}
+
+
+def asked(events: list[Any]) -> list[types.FunctionCall]:
+    """The confirmations the run asked for."""
+    return [c for e in events for c in e.get_function_calls() if c.name == CONFIRM]
+
+
+def confirm(request: types.FunctionCall, confirmed: bool) -> types.Content:
+    """The user's answer to ``request``, as ADK's web UI sends it."""
+    response = types.FunctionResponse(
+        name=CONFIRM, id=request.id, response={"confirmed": confirmed}
+    )
+    return types.Content(role="user", parts=[types.Part(function_response=response)])
+
+
+def kinds(sink: MemorySink, call_id: str | None) -> list[str]:
+    return [e.kind for e in sink if e.call == call_id]
+
+
+def responses(events: list[Any], call_id: str) -> list[dict[str, Any]]:
+    """Every function response to ``call_id`` in the history, in order."""
+    return [
+        dict(r.response or {})
+        for e in events
+        for r in e.get_function_responses()
+        if r.id == call_id
+    ]
+
+
+async def ask_to_write(rt: Runtime, w: Writes, *steps: types.Content) -> tuple[Any, Any, str, Any]:
+    """A run whose model asks to write: it ends asking for the write's confirmation."""
+    runner, app = wrapped(rt, [w.tool], model(says(call("w1", "write", text="a")), *steps))
+    sid = await new_session(runner)
+    events = await consume(app.run_async(user_id="u", session_id=sid, new_message=HI))
+    (request,) = asked(events)
+    return runner, app, sid, request
+
+
+async def test_a_turn_waiting_on_a_confirmation_does_not_settle(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    w = Writes()
+    _, _, sid, request = await ask_to_write(rt, w)
+    live = rt.session(sid).live
+    assert live is not None  # a permission can still be approved: not settled
+    (prompt,) = live.calls.values()
+    assert prompt.call_id == request.id
+    assert prompt.tool == "write"
+    assert prompt.phase is Phase.AWAITING_PERMISSION
+    assert names.PERMISSION_REQUESTED in kinds(sink, request.id)
+    assert names.TURN_SETTLED not in [e.kind for e in sink]
+    assert w.written == []
+
+
+async def test_a_confirmation_runs_the_write_in_the_turn_that_asked(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    w = Writes()
+    runner, app, sid, request = await ask_to_write(rt, w)
+    turn = rt.session(sid).live
+    assert turn is not None
+    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    assert w.written == ["a"]
+    assert turn.settled.done()
+    assert rt.session(sid).live is None
+    assert [k for k in kinds(sink, request.id) if k.startswith(("permission.", "tool."))] == [
+        names.TOOL_REQUESTED,
+        names.PERMISSION_REQUESTED,
+        names.PERMISSION_GRANTED,
+        names.TOOL_STARTED,
+        names.TOOL_FINISHED,
+    ]
+    assert [e.turn for e in sink if e.kind == names.TURN_STARTED] == [turn.id]  # one turn
+    assert responses(await history(runner, sid), "w1")[-1] == {"result": "written"}
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_rejection_is_the_prompts_denial(rt: Runtime, sink: MemorySink) -> None:
+    w = Writes()
+    runner, app, sid, request = await ask_to_write(rt, w)
+    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, False)))
+    assert w.written == []
+    assert names.PERMISSION_DENIED in kinds(sink, request.id)
+    assert rt.session(sid).live is None
+    assert "rejected" in responses(await history(runner, sid), "w1")[-1]["error"]
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_confirmation_sent_after_the_stop_never_runs_the_write(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    w = Writes()
+    runner, app, sid, request = await ask_to_write(rt, w)
+    assert await rt.abort(sid) is Receipt.ACCEPTED
+    assert rt.session(sid).live is None  # the stop closed the prompt and settled the turn
+    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    assert w.written == []  # the tool never ran
+    assert names.PERMISSION_LATE in kinds(sink, request.id)
+    assert "rejected" in responses(await history(runner, sid), "w1")[-1]["error"]
+    assert rt.session(sid).live is None
+    assert check_invariants(list(sink)) == []
+
+
+async def test_another_message_while_it_waits_abandons_the_confirmation(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    w = Writes()
+    _runner, app, sid, request = await ask_to_write(rt, w, OK)
+    waited = rt.session(sid).live
+    assert waited is not None
+    await consume(app.run_async(user_id="u", session_id=sid, new_message=HI))
+    assert waited.settled.done()
+    assert waited.stopping
+    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    assert w.written == []
+    assert names.PERMISSION_LATE in kinds(sink, request.id)
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_stop_while_the_confirmed_write_runs_awaits_it_whole(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    w = Writes()
+    runner, app, sid, request = await ask_to_write(rt, w)
+    w.release.clear()
+    run = asyncio.ensure_future(
+        consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    )
+    live = rt.session(sid).live
+    assert live is not None
+    while live.calls[request.id].phase is not Phase.RUNNING:
+        await asyncio.sleep(0.005)
+    stop = asyncio.ensure_future(rt.abort(sid))
+    await asyncio.sleep(0.1)
+    assert not stop.done()  # a mutating call is awaited
+    w.release.set()
+    assert await stop is Receipt.ACCEPTED
+    await asyncio.wait_for(run, 10)
+    assert w.written == ["a"]
+    assert responses(await history(runner, sid), "w1")[-1] == {"result": "written"}
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_stop_while_the_run_that_asks_is_read_closes_the_prompt(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    """Stop clicked as the request shows, before the run ended: the prompt is closed at once,
+    ADK records the request aborted, and the confirmation sent later is late."""
+    w = Writes()
+    runner, app = wrapped(rt, [w.tool], model(says(call("w1", "write", text="a"))))
+    sid = await new_session(runner)
+    requests: list[types.FunctionCall] = []
+    async for event in app.run_async(user_id="u", session_id=sid, new_message=HI):
+        if asked([event]) and not requests:
+            requests += asked([event])
+            assert await rt.abort(sid) is Receipt.ACCEPTED
+    (request,) = requests
+    assert rt.session(sid).live is None
+    assert names.PERMISSION_CANCELLED in kinds(sink, request.id)
+    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    assert w.written == []
+    assert names.PERMISSION_LATE in kinds(sink, request.id)
+    assert check_invariants(list(sink)) == []
+
+
+class AsksItself:
+    """A tool that asks its user for confirmation itself, then runs once confirmed."""
+
+    def __init__(self) -> None:
+        self.ran: list[bool | None] = []
+
+        async def pay(amount: int, tool_context: ToolContext) -> str:
+            """a payment the user confirms"""
+            confirmation = tool_context.tool_confirmation
+            self.ran.append(None if confirmation is None else confirmation.confirmed)
+            if confirmation is None:
+                tool_context.request_confirmation(hint=f"pay {amount}?")
+                return "asked"
+            return "paid" if confirmation.confirmed else "not paid"
+
+        self.tool = FunctionTool(pay)
+        self.tool.custom_metadata = {"turnwatch_class": "mutating"}
+
+
+async def test_a_tool_that_asks_itself_runs_again_once_confirmed(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    t = AsksItself()
+    # (The model is told the tool asked: a text, then its "done" once the tool ran again.)
+    runner, app = wrapped(rt, [t.tool], model(says(call("p1", "pay", amount=3)), OK))
+    sid = await new_session(runner)
+    (request,) = asked(await consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
+    assert rt.session(sid).live is not None  # waits on the confirmation
+    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    assert t.ran == [None, True]
+    # Its first run (until it asked) under the model's id; the confirmed one under the request's.
+    assert names.TOOL_FINISHED in kinds(sink, "p1")
+    assert names.PERMISSION_GRANTED in kinds(sink, request.id)
+    assert names.TOOL_FINISHED in kinds(sink, request.id)
+    assert responses(await history(runner, sid), "p1")[-1] == {"result": "paid"}
+    assert rt.session(sid).live is None
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_tool_that_asks_itself_is_told_no_after_the_stop(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    t = AsksItself()
+    # (The model is told the tool asked: a text, then its "done" once the tool ran again.)
+    runner, app = wrapped(rt, [t.tool], model(says(call("p1", "pay", amount=3)), OK))
+    sid = await new_session(runner)
+    (request,) = asked(await consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
+    await rt.abort(sid)
+    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    assert t.ran == [None, False]  # run again by ADK, told the user's "yes" came too late
+    assert names.PERMISSION_LATE in kinds(sink, request.id)
+    assert responses(await history(runner, sid), "p1")[-1] == {"result": "not paid"}
+    assert check_invariants(list(sink)) == []
