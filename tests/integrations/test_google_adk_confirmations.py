@@ -13,6 +13,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from google.adk.agents import LlmAgent
+from google.adk.agents.context import Context
+from google.adk.apps import App
+from google.adk.runners import InMemoryRunner
+from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
@@ -28,6 +33,7 @@ from tests.integrations.test_google_adk import (
     wrapped,
 )
 from turnwatch import names
+from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin
 from turnwatch.runtime import MemorySink, Receipt, Runtime
 from turnwatch.runtime.model import Phase
 from turnwatch.testing import check_invariants
@@ -45,12 +51,14 @@ class Writes:
     """A write that requires confirmation (ADK's gate), and what it wrote."""
 
     def __init__(self) -> None:
+        self.started: list[str] = []
         self.written: list[str] = []
         self.release = asyncio.Event()
         self.release.set()
 
         async def write(text: str) -> str:
             """a write the user must confirm"""
+            self.started.append(text)
             await self.release.wait()
             self.written.append(text)
             return "written"
@@ -185,9 +193,7 @@ async def test_a_stop_while_the_confirmed_write_runs_awaits_it_whole(
     run = asyncio.ensure_future(
         consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
     )
-    live = rt.session(sid).live
-    assert live is not None
-    while live.calls[request.id].phase is not Phase.RUNNING:
+    while not w.started:
         await asyncio.sleep(0.005)
     stop = asyncio.ensure_future(rt.abort(sid))
     await asyncio.sleep(0.1)
@@ -219,6 +225,108 @@ async def test_a_stop_while_the_run_that_asks_is_read_closes_the_prompt(
     await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
     assert w.written == []
     assert names.PERMISSION_LATE in kinds(sink, request.id)
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_stop_after_the_confirmation_before_adk_runs_the_tool_never_starts_it(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    """Confirmed, then Stop clicked before ADK re-ran the tool (its callbacks still running):
+    the prompt's call never starts, and ADK's re-run is answered "not run"."""
+    w = Writes()
+    held, go = asyncio.Event(), asyncio.Event()
+
+    async def slow_callback(
+        tool: BaseTool, args: dict[str, Any], tool_context: Context
+    ) -> dict[str, Any] | None:
+        held.set()
+        await go.wait()
+        return None
+
+    agent = LlmAgent(
+        name="a",
+        model=model(says(call("w1", "write", text="a"))),
+        tools=[w.tool],
+        before_tool_callback=slow_callback,
+    )
+    plugin = TurnwatchPlugin(rt, [w.tool])
+    runner = InMemoryRunner(app=App(name="app", root_agent=agent, plugins=[plugin]))
+    app = StoppableRunner(runner, rt)
+    sid = await new_session(runner)
+    go.set()
+    (request,) = asked(await consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
+    held.clear()
+    go.clear()
+    answer = confirm(request, True)
+    run = asyncio.ensure_future(
+        consume(app.run_async(user_id="u", session_id=sid, new_message=answer))
+    )
+    await asyncio.wait_for(held.wait(), 10)
+    assert await rt.abort(sid) is Receipt.ACCEPTED
+    go.set()
+    await asyncio.wait_for(run, 10)
+    assert w.started == []  # the stop came first: it never started
+    assert names.TOOL_STARTED not in kinds(sink, request.id)
+    assert "not run" in str(responses(await history(runner, sid), "w1")[-1]).lower()
+    assert rt.session(sid).live is None
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_confirmed_call_the_stop_released_before_adk_ran_it_is_not_run(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    """Two confirmed writes: the stop comes while one runs and ADK has not yet run the other.
+    The one running is awaited (the turn waits for it); the other, released by the stop while
+    it waited for ADK, is answered "not run" when ADK gets to it, and never starts."""
+    w, other = Writes(), Writes()
+    other.tool.name = "note"  # (the same write, under another name)
+    held, go = asyncio.Event(), asyncio.Event()
+
+    async def slow_callback(
+        tool: BaseTool, args: dict[str, Any], tool_context: Context
+    ) -> dict[str, Any] | None:
+        if tool.name == "note" and not go.is_set():
+            held.set()
+            await go.wait()
+        return None
+
+    step = says(call("w1", "write", text="a"), call("n1", "note", text="b"))
+    agent = LlmAgent(
+        name="a", model=model(step), tools=[w.tool, other.tool], before_tool_callback=slow_callback
+    )
+    plugin = TurnwatchPlugin(rt, [w.tool, other.tool])
+    runner = InMemoryRunner(app=App(name="app", root_agent=agent, plugins=[plugin]))
+    app = StoppableRunner(runner, rt)
+    sid = await new_session(runner)
+    go.set()
+    requests = asked(await consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
+    assert len(requests) == 2
+    go.clear()
+    w.release.clear()
+    parts = [p for r in requests for p in confirm(r, True).parts or ()]
+    answer = types.Content(role="user", parts=parts)
+    run = asyncio.ensure_future(
+        consume(app.run_async(user_id="u", session_id=sid, new_message=answer))
+    )
+    await asyncio.wait_for(held.wait(), 10)
+    while not w.started:
+        await asyncio.sleep(0.005)
+    stop = asyncio.ensure_future(rt.abort(sid))
+    live = rt.session(sid).live
+    assert live is not None
+    noted = next(r.id for r in requests if r.args and r.args["originalFunctionCall"]["id"] == "n1")
+    while not live.calls[str(noted)].phase.terminal:
+        await asyncio.sleep(0.005)
+    go.set()  # ADK goes on to the note, released already
+    await asyncio.sleep(0.2)
+    w.release.set()
+    assert await stop is Receipt.ACCEPTED
+    await asyncio.wait_for(run, 10)
+    assert w.written == ["a"]  # awaited whole
+    assert other.started == []  # released before ADK ran it: never started
+    said = await history(runner, sid)
+    assert responses(said, "w1")[-1] == {"result": "written"}
+    assert "not run" in str(responses(said, "n1")[-1]).lower()
     assert check_invariants(list(sink)) == []
 
 

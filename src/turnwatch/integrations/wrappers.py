@@ -297,12 +297,18 @@ class Dispatcher:
             return local.value, local.error, result
         slot = self.slot(*key)
         slot.pauses = pauses
-        slot.handler.set_result((handler, handler_args, contextvars.copy_context()))
+        released = slot.handler.done()
+        if not released:
+            slot.handler.set_result((handler, handler_args, contextvars.copy_context()))
         try:
             handle = slot.handle or turn.request(tool, args, call_id=call_id, tool_class=cls)
             result = await handle.result()
         finally:
             self.slots.pop(key, None)
+        if released and result.outcome is Outcome.ABORTED:
+            # A stop released the approved call while it waited for the framework to get here:
+            # the handler never ran, and its framework is told so ("not run", not "ended").
+            result = dataclasses.replace(result, outcome=Outcome.REFUSED)
         return slot.value, slot.error, result
 
     async def execute(self, ctx: ToolContext) -> HostResult:
