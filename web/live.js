@@ -182,7 +182,12 @@ function showNotice(text) {
 }
 
 function row(s) {
-  const running = s.calls.filter((c) => c.open).length;
+  // Running only once begun: a call waiting for its user's answer has no process to look for.
+  const count = (phase) => s.calls.filter((c) => c.phase === phase).length;
+  const held = [
+    [count("running"), "running"],
+    [count("awaiting_permission"), "awaiting permission"],
+  ].filter(([n]) => n > 0).map(([n, what]) => `${n} ${what}`);
   const tr = el(
     "tr",
     { "data-session": s.session, "data-state": s.state, class: s.session === selected ? "selected" : "" },
@@ -193,7 +198,7 @@ function row(s) {
     el("td", { class: "col-since", title: s.since == null ? "" : new Date(s.since * 1000).toISOString() }, s.since_ago),
     el("td", { class: "id col-turn" }, s.turn ?? ""),
     el("td", { class: "col-mode" }, s.mode ?? s.source ?? ""),
-    el("td", { class: "col-calls" }, running ? `${running} running of ${s.calls.length}` : `${s.calls.length}`),
+    el("td", { class: "col-calls" }, held.length ? `${held.join(", ")} of ${s.calls.length}` : `${s.calls.length}`),
     el("td", {}, s.findings.join(", ")),
     el("td", { class: "stop-to-idle" }, ms(stopToIdle.get(s.session))),
   );

@@ -43,3 +43,30 @@ def test_the_page_says_days_and_a_clock_ahead_as_the_sessions_command_does(tmp_p
     assert shown["days"] == "3 d ago"
     assert shown["ahead"] == "2 h 0 min ahead"
     assert shown["fresh"] in {f"{n} s ago" for n in range(5, 60)}
+
+
+def test_the_page_counts_only_calls_that_began_as_running(tmp_path: Path) -> None:
+    """A call waiting for its user's answer was counted "running": the on-call engineer then
+    looks for a process that does not exist, rather than for the user who must answer."""
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    ledger = tmp_path / "ledger.sqlite3"
+    rec = Recorder(ledger)
+    rec(names.TURN_STARTED, "asking", ago=30, turn="asking.t1")
+    rec(names.TOOL_REQUESTED, "asking", ago=30, turn="asking.t1", call="w", tool="Write")
+    rec(names.PERMISSION_REQUESTED, "asking", ago=30, turn="asking.t1", call="w", tool="Write")
+    rec(names.TOOL_REQUESTED, "asking", ago=30, turn="asking.t1", call="g", tool="Grep")
+    rec(names.TOOL_STARTED, "asking", ago=29, turn="asking.t1", call="g", tool="Grep")
+    rec.close()
+    args = ["serve", "--ledger", str(ledger), "--addr", "127.0.0.1:0"]
+    with serving(tmp_path, args, ledger) as srv, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(srv.base + "/")
+            page.wait_for_selector('tr[data-session="asking"]')
+            shown = page.inner_text('tr[data-session="asking"] td.col-calls')
+        finally:
+            browser.close()
+    assert shown == "1 running, 1 awaiting permission of 2"

@@ -197,3 +197,27 @@ def test_explain_of_a_turn_never_stopped_still_shows_what_the_watchdog_found(
     assert "never stopped" in told.stdout
     assert "watchdog found background_process" in told.stdout
     assert "outlived its call" in told.stdout
+
+
+def test_a_call_that_never_began_is_not_said_to_run(tmp_path: Path) -> None:
+    """A call waiting for its user's answer, or for a slot, has not begun: ``explain`` says
+    which, as its JSON does, rather than "running" (a reader then looks for its process)."""
+    path = tmp_path / "ledger.sqlite3"
+    rec = Recorder(path)
+    rec.runtime()
+    rec("turn.started", turn="s.t1", ago=60)
+    rec("tool.requested", turn="s.t1", call="ask", tool="Write", ago=60)
+    rec("permission.requested", turn="s.t1", call="ask", tool="Write", ago=60)
+    rec("tool.requested", turn="s.t1", call="wait", tool="Read", ago=60)
+    rec("tool.requested", turn="s.t1", call="run", tool="Grep", ago=60)
+    rec("tool.started", turn="s.t1", call="run", tool="Grep", ago=59)
+    rec.close()
+    told = turnwatch("explain", "s", "--ledger", str(path), "--json")
+    assert told.returncode == 0, told.stderr
+    outcomes = {t["call"]: t["outcome"] for t in json.loads(told.stdout)["tools"]}
+    assert outcomes == {"ask": "awaiting_permission", "wait": "queued", "run": "running"}
+    shown = turnwatch("explain", "s", "--ledger", str(path), env={"COLUMNS": "120"})
+    assert "awaiting_permission" in shown.stdout
+    listed = turnwatch("sessions", "--ledger", str(path), "--json")  # the live page's rows
+    (row,) = json.loads(listed.stdout)
+    assert {c["call"]: c["phase"] for c in row["calls"]} == outcomes

@@ -151,7 +151,7 @@ def build(
             tool=c.tool or "?",
             tool_class=c.tool_class or "?",
             policy=c.policy or "?",
-            outcome=c.outcome or "running",
+            outcome=c.outcome or view.held_phase(c.started_ts, c.prompt_open),
             start=off(c.started_ts),
             abort=off(c.abort_ts),
             end=off(c.ended_ts),

@@ -11,7 +11,7 @@ from typing import Any
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import CALL_COLUMNS, CallState, SessionState
-from turnwatch.runtime.model import SessionStatus
+from turnwatch.runtime.model import Phase, SessionStatus
 from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.rows import UnreadableRow, lingering_of, read_events
 
@@ -61,6 +61,19 @@ class CallView:
     def open(self) -> bool:
         """Not yet resolved by the runtime."""
         return self.ended_ts is None
+
+    @property
+    def phase(self) -> str | None:
+        """Where the call is while the runtime holds it (None once resolved)."""
+        return held_phase(self.started_ts, self.prompt_open) if self.open else None
+
+
+def held_phase(started_ts: float | None, prompt_open: bool | int) -> str:
+    """Where a call the runtime still holds is: ``running`` only once it began; one waiting for
+    its user's answer (``awaiting_permission``) or for a slot (``queued``) has no process."""
+    if started_ts is not None:
+        return Phase.RUNNING.value
+    return (Phase.AWAITING_PERMISSION if prompt_open else Phase.QUEUED).value
 
 
 @dataclass
@@ -120,6 +133,7 @@ class SessionView:
                     "lingering": [pid for pid, _ct in c.lingering],
                     "outcome": c.outcome,
                     "open": c.open,
+                    "phase": c.phase,
                 }
                 for c in self.calls
             ],
