@@ -94,6 +94,12 @@ def responses(events: list[Any], call_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def kept(app: StoppableRunner, session: str) -> list[object]:
+    """What the wrapper keeps of ``session``'s calls (slots, renamed ids)."""
+    d = app.dispatch
+    return [k for k in [*d.slots, *d.renamed] if k[0] == session]
+
+
 async def ask_to_write(rt: Runtime, w: Writes, *steps: types.Content) -> tuple[Any, Any, str, Any]:
     """A run whose model asks to write: it ends asking for the write's confirmation."""
     runner, app = wrapped(rt, [w.tool], model(says(call("w1", "write", text="a")), *steps))
@@ -138,6 +144,7 @@ async def test_a_confirmation_runs_the_write_in_the_turn_that_asked(
         names.TOOL_FINISHED,
     ]
     assert [e.turn for e in sink if e.kind == names.TURN_STARTED] == [turn.id]  # one turn
+    assert not kept(app, sid)
     assert responses(await history(runner, sid), "w1")[-1] == {"result": "written"}
     assert check_invariants(list(sink)) == []
 
@@ -163,6 +170,7 @@ async def test_a_confirmation_sent_after_the_stop_never_runs_the_write(
     await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
     assert w.written == []  # the tool never ran
     assert names.PERMISSION_LATE in kinds(sink, request.id)
+    assert not kept(app, sid)
     assert "rejected" in responses(await history(runner, sid), "w1")[-1]["error"]
     assert rt.session(sid).live is None
     assert check_invariants(list(sink)) == []
@@ -222,6 +230,7 @@ async def test_a_stop_while_the_run_that_asks_is_read_closes_the_prompt(
     (request,) = requests
     assert rt.session(sid).live is None
     assert names.PERMISSION_CANCELLED in kinds(sink, request.id)
+    assert not kept(app, sid)  # nothing of the settled turn is kept for a run that never comes
     await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
     assert w.written == []
     assert names.PERMISSION_LATE in kinds(sink, request.id)
@@ -327,6 +336,7 @@ async def test_a_confirmed_call_the_stop_released_before_adk_ran_it_is_not_run(
     said = await history(runner, sid)
     assert responses(said, "w1")[-1] == {"result": "written"}
     assert "not run" in str(responses(said, "n1")[-1]).lower()
+    assert not kept(app, sid)
     assert check_invariants(list(sink)) == []
 
 

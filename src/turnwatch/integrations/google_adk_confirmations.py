@@ -15,6 +15,7 @@ refused (``permission.late``) and handed to ADK as a rejection, so the tool neve
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from google.adk.flows.llm_flows.functions import REQUEST_CONFIRMATION_FUNCTION_CALL_NAME
@@ -53,6 +54,13 @@ def ask(turn: Turn, dispatch: Dispatcher, event: Any) -> None:
         )
         if held.get("id"):
             dispatch.renamed[(session, str(held["id"]))] = fc.id
+        # Once the turn settles no run of it takes the call: its slot and its name go (a
+        # turn the stop settled before its run ended never waited for its answers).
+        turn.settled.add_done_callback(functools.partial(_let_go, dispatch, session, fc.id))
+
+
+def _let_go(dispatch: Dispatcher, session: str, call: str, _settled: object) -> None:
+    dispatch.release(session, (call,))
 
 
 def waits(turn: Turn) -> bool:
