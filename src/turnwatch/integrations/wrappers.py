@@ -14,17 +14,21 @@ import dataclasses
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from mcp import ClientSession
-from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 
-# Moved to daemon_threads; still importable from here (the wrappers' public names).
+from turnwatch.integrations.call_slot import CURRENT, Handler, Slot
+
+# Moved to call_slot and daemon_threads; still importable from here (the wrappers' public names).
+from turnwatch.integrations.call_slot import CommandAbortedError as CommandAbortedError
+from turnwatch.integrations.call_slot import CommandResult as CommandResult
+from turnwatch.integrations.call_slot import call_mcp_tool as call_mcp_tool
+from turnwatch.integrations.call_slot import run_command as run_command
+from turnwatch.integrations.call_slot import run_command_sync as run_command_sync
 from turnwatch.integrations.daemon_threads import DAEMONS as DAEMONS
 from turnwatch.integrations.daemon_threads import DaemonExecutor as DaemonExecutor
-from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.host import LocalHost
 from turnwatch.runtime.model import (
     Outcome,
@@ -37,8 +41,6 @@ from turnwatch.runtime.model import (
 from turnwatch.runtime.protocol import HostResult, HostStatus, Started
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.tools.context import ToolContext
-from turnwatch.runtime.tools.mcp import answers_the_cancel, send_call
-from turnwatch.runtime.tools.process import run_process
 from turnwatch.runtime.turn import Turn
 
 #: The tool metadata key naming a tool's class.
@@ -47,7 +49,6 @@ CLASS_KEY = "turnwatch_class"
 #: names its request in ``notifications/cancelled`` (:func:`call_mcp_tool`). Its calls run on
 #: the host, as a process tool's do, whatever their class.
 HOSTED_KEY = "turnwatch_hosted"
-Handler = Callable[[Any], Any]
 #: A framework tool's answer to the runtime: the value itself goes to the framework, and the
 #: ledger records outcomes, not values (so no text of it is made, or kept with the call).
 _OK = HostResult(HostStatus.OK)
@@ -56,18 +57,6 @@ _STARTED = Started()
 
 class ToolClassError(TurnwatchError, ValueError):
     """A tool's class is unknown, or its kind cannot honour it (said at construction)."""
-
-
-class CommandAbortedError(TurnwatchError):
-    """A stop ended what a hosted tool started: the command :func:`run_command` started, or the
-    MCP request :func:`call_mcp_tool` sent (its tool is being released)."""
-
-
-class CommandResult(NamedTuple):
-    """What a command printed (stdout and stderr, in order) and how it exited."""
-
-    output: str
-    exit_code: int | None
 
 
 def declared_class(name: str, metadata: Mapping[str, Any] | None, default: ToolClass) -> ToolClass:
@@ -152,25 +141,6 @@ def stopped_words(outcome: Outcome, output: str = "") -> str:
 RUN_TURN: contextvars.ContextVar[Turn | None] = contextvars.ContextVar(
     "turnwatch_run_turn", default=None
 )
-
-_CURRENT: contextvars.ContextVar[Slot | None] = contextvars.ContextVar(
-    "turnwatch_call", default=None
-)
-
-
-@dataclasses.dataclass(eq=False)
-class Slot:
-    """One call between the framework and the host: the handler, and what it returned."""
-
-    # The framework's handler, its validated arguments, and the context it was called in.
-    handler: asyncio.Future[tuple[Handler, Any, contextvars.Context]]
-    ctx: ToolContext | None = None
-    value: Any = None
-    error: BaseException | None = None
-    aborted: HostResult | None = None
-    handle: CallHandle | None = None
-    #: What the handler may raise to pause its call (:meth:`Dispatcher.run`'s ``pauses``).
-    pauses: tuple[type[BaseException], ...] = ()
 
 
 class Local:
@@ -331,7 +301,7 @@ class Dispatcher:
         ctx.notify(_STARTED)
         # The handler runs in the framework's context (its executor, its execute_tool span),
         # not in whatever context started the call (an approved call starts in another run).
-        context.run(_CURRENT.set, slot)
+        context.run(CURRENT.set, slot)
         task = asyncio.get_running_loop().create_task(handler(args), context=context)
         if req.tool_class is ToolClass.READ_ONLY:
             # Raced: the stop discards it (the walk released the call already) and cancels it.
@@ -378,73 +348,3 @@ def dispatcher(host: object, who: str) -> Dispatcher:
     if host not in _DISPATCHERS:
         _DISPATCHERS[host] = Dispatcher(host)
     return _DISPATCHERS[host]
-
-
-async def run_command(
-    argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
-) -> CommandResult:
-    """Run a command from a ``process`` tool: contained, ended at a stop within the grace window.
-
-    Raises :class:`CommandAbortedError` when a stop ended it (the call's result, with the output
-    collected until then, is the ledger's).
-    """
-    slot = _CURRENT.get()
-    if slot is None or slot.ctx is None:
-        raise RuntimeError("run_command runs in a process tool of a wrapped agent")
-    result = await run_process(slot.ctx, argv, cwd=cwd, env=env)
-    if result.status is HostStatus.ABORTED:
-        slot.aborted = result
-        raise CommandAbortedError(result.error or "stopped")
-    return CommandResult(result.output, (result.data or {}).get("exit_code"))
-
-
-def run_command_sync(
-    argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
-) -> CommandResult:
-    """:func:`run_command` for a sync ``process`` tool, which its framework runs in a thread:
-    the command is started and ended by the event loop, exactly as :func:`run_command` does,
-    and this thread waits for it. Where a wrapper runs sync process tools (Google ADK's).
-
-    Raises :class:`CommandAbortedError` when a stop ended it."""
-    slot = _CURRENT.get()
-    if slot is None or slot.ctx is None:
-        raise RuntimeError("run_command_sync runs in a process tool of a wrapped agent")
-    loop = slot.handler.get_loop()
-    try:
-        on_loop = asyncio.get_running_loop() is loop
-    except RuntimeError:
-        on_loop = False
-    if on_loop:
-        raise RuntimeError("run_command_sync would block the event loop: await run_command")
-    # The coroutine runs in this thread's context (copied when the loop is handed it): the
-    # call's slot goes with it.
-    return asyncio.run_coroutine_threadsafe(run_command(argv, cwd=cwd, env=env), loop).result()
-
-
-async def call_mcp_tool(
-    session: ClientSession,
-    tool: str,
-    arguments: dict[str, Any],
-    *,
-    answers: Mapping[str, Any] | None = None,
-    state: str | None = None,
-) -> dict[str, Any]:
-    """Call an MCP tool from a hosted tool's body (:data:`HOSTED_KEY`): the raw result (an
-    ``input_required`` one too: ``answers`` and ``state`` answer it, see ``send_call``).
-
-    In a wrapped call, the stop's ``tools.abort`` sends ``notifications/cancelled`` naming this
-    very request, and the result is still awaited (an ``extension`` call's policy); a
-    ``read_only`` call the stop discards abandons the request, and the server is told so too.
-    An error reply to a call the stop cancelled is the server's answer to the cancel:
-    :class:`CommandAbortedError` (the call is ``aborted``). Outside a wrapped call, a plain
-    ``tools/call``; an error reply raises the SDK's ``MCPError``.
-    """
-    slot = _CURRENT.get()
-    ctx = slot.ctx if slot is not None else None
-    try:
-        return await send_call(ctx, session, tool, arguments, answers=answers, state=state)
-    except MCPError as exc:
-        if slot is None or not answers_the_cancel(exc, ctx):
-            raise
-        slot.aborted = HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
-        raise CommandAbortedError(f"the MCP server ended it at the stop: {exc.message}") from exc
