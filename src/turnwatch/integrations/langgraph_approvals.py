@@ -25,7 +25,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.types import Command
 
-from turnwatch.integrations.wrappers import Dispatcher
+from turnwatch.integrations.wrappers import Dispatcher, resumed_id
 from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.model import ToolClass
 from turnwatch.runtime.runtime import Runtime
@@ -79,11 +79,6 @@ def asked_calls(
             left.remove(pair[1])
             out.append(pair)
     return out
-
-
-def resumed_id(call: str) -> str:
-    """The turnwatch id of a paused call's resumed run (a call id is used once in a session)."""
-    return f"{call}:resumed"
 
 
 def resumptions(dispatch: Dispatcher, session: str) -> list[tuple[str | None, dict[str, Any]]]:

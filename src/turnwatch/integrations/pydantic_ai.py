@@ -26,7 +26,9 @@ own (a ``cancellation_token=`` of yours, ``RunContext.cancel()``, ``timeout=``) 
 Approvals (``requires_approval=True``) are turnwatch permission prompts: a run that ends asking
 for them keeps its turn live ("processing") until they are answered through the next
 ``run(deferred_tool_results=...)``; an answer after a stop is refused, the run gets
-``ToolDenied``, and the ledger records ``permission.late``.
+``ToolDenied``, and the ledger records ``permission.late``. A tool that asks its user itself
+(``raise ApprovalRequired`` until ``ctx.tool_call_approved``) is the same prompt: its first run
+ended asking (completed), and the approved run is the prompt's call, under ``<id>:resumed``.
 
 ``iter()``, ``run_stream()`` and ``run_stream_events()`` are the framework's own, as turns too:
 the same keywords, the same stop (``RunCancelled`` where you iterate); leaving the block before
@@ -50,7 +52,7 @@ from pydantic_ai import (
 )
 from pydantic_ai.agent import AgentRunEvents
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.exceptions import RunCancelled, UserError
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, RunCancelled, UserError
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.result import StreamedRunResult
 from pydantic_ai.run import AgentRun, AgentRunResult
@@ -69,6 +71,7 @@ from turnwatch.integrations.wrappers import (
     dispatcher,
     join_current_trace,
     require_async_process,
+    resumed_id,
     run_command,
     stop_on_cancel,
 )
@@ -148,15 +151,20 @@ class _Wrap(AbstractCapability[Any]):
         handler: Any,
     ) -> Any:
         owner, call_id = self.owner, call.tool_call_id
+        # The run an approval allowed of a tool that asked its user itself: the prompt's call.
+        ours = owner.dispatch.renamed.pop((self.turn.session.id, call_id), call_id)
         value, error, result = await owner.dispatch.run(
             self.turn,
             tool_def.name,
             owner.class_of(tool_def),
-            call_id,
+            ours,
             args if isinstance(args, dict) else {},
             handler,
             args,
+            _PAUSES,
         )
+        if isinstance(error, _PAUSES):
+            raise error  # it ran until it asked its user (or deferred itself): the framework's
         if result.outcome is Outcome.COMPLETED:
             return value
         if error is not None:
@@ -165,6 +173,11 @@ class _Wrap(AbstractCapability[Any]):
         ctx.cancel()
         await asyncio.sleep(0)
         raise RunCancelled(f"tool call {call_id} was {result.outcome}")
+
+
+#: What a tool raises to end its call asking its user (``ApprovalRequired``) or deferring itself
+#: to outside the run (``CallDeferred``): its call ran until then, and the framework goes on.
+_PAUSES = (ApprovalRequired, CallDeferred)
 
 
 @dataclasses.dataclass
@@ -365,12 +378,17 @@ class StoppableAgent(Generic[Deps, Out]):
     def _ask(self, turn: Turn, parts: Sequence[ToolCallPart]) -> None:
         """Each approval the run asks for, a permission prompt on the turn, open on return (so an
         answer given at once finds it)."""
+        session = turn.session.id
         for part in parts:
-            slot = self.dispatch.slot(turn.session.id, part.tool_call_id)
+            ours = part.tool_call_id
+            if ours in turn.calls:  # its tool asked (ApprovalRequired): its first run had the id
+                ours = resumed_id(part.tool_call_id)
+                self.dispatch.renamed[(session, part.tool_call_id)] = ours
+            slot = self.dispatch.slot(session, ours)
             slot.handle = turn.request(
                 part.tool_name,
                 part.args_as_dict(),
-                call_id=part.tool_call_id,
+                call_id=ours,
                 tool_class=self.classes.get(part.tool_name, ToolClass.EXTENSION).value,
                 ask_permission=True,
             )
@@ -380,14 +398,20 @@ class StoppableAgent(Generic[Deps, Out]):
         approvals = dict(results.approvals)
         for call_id, answer in results.approvals.items():
             approved = answer is True or isinstance(answer, ToolApproved)
-            try:
-                said = self.runtime.answer_permission(session, call_id, approved)
-            except LookupError:
+            # The prompt of a tool that asked itself is under the id of its run to come.
+            for ours in (resumed_id(call_id), call_id):
+                try:
+                    said = self.runtime.answer_permission(session, ours, approved)
+                except LookupError:
+                    continue
+                break
+            else:
                 continue  # not a prompt of ours
             if said is Answer.LATE:
                 approvals[call_id] = ToolDenied(STOPPED)
             if said is not Answer.GRANTED:  # the framework will not run it: nothing to hand over
-                self.dispatch.slots.pop((session, call_id), None)
+                self.dispatch.slots.pop((session, ours), None)
+                self.dispatch.renamed.pop((session, call_id), None)
         return dataclasses.replace(results, approvals=approvals)
 
     def _unclaimed(self, session: str) -> None:

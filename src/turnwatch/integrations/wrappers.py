@@ -118,6 +118,12 @@ def join_current_trace(turn: Turn) -> None:
         turn.traceparent = f"00-{span.trace_id:032x}-{span.span_id:016x}-01"
 
 
+def resumed_id(call: str) -> str:
+    """The turnwatch id of a call's run after its tool asked its user (a call id is used once in
+    a session, and the tool's first run, until it asked, had it)."""
+    return f"{call}:resumed"
+
+
 #: What a framework's model is told of an approval the stop came before (it is refused).
 STOPPED = "The user stopped the turn before this call was approved."
 
