@@ -22,8 +22,11 @@ from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
+from tests.conftest import until
+from tests.integrations.procs import marked_alive
 from tests.integrations.test_google_adk import (
     HI,
+    TERM_IGNORING_TREE,
     call,
     consume,
     history,
@@ -34,6 +37,7 @@ from tests.integrations.test_google_adk import (
 )
 from turnwatch import names
 from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin
+from turnwatch.integrations.wrappers import run_command
 from turnwatch.runtime import MemorySink, Receipt, Runtime
 from turnwatch.runtime.model import Phase
 from turnwatch.testing import check_invariants
@@ -336,6 +340,36 @@ async def test_a_confirmed_call_the_stop_released_before_adk_ran_it_is_not_run(
     said = await history(runner, sid)
     assert responses(said, "w1")[-1] == {"result": "written"}
     assert "not run" in str(responses(said, "n1")[-1]).lower()
+    assert not kept(app, sid)
+    assert check_invariants(list(sink)) == []
+
+
+async def test_a_confirmed_command_is_contained_and_ended_at_the_stop(
+    rt: Runtime, sink: MemorySink
+) -> None:
+    """A process tool behind a confirmation: once confirmed, its command runs as the prompt's
+    call, contained; a stop ends its tree (it ignores SIGTERM) within the grace window."""
+
+    async def sh() -> str:
+        """a shell command the user must confirm"""
+        return (await run_command(["bash", "-c", TERM_IGNORING_TREE])).output
+
+    tool = FunctionTool(sh, require_confirmation=True)
+    tool.custom_metadata = {"turnwatch_class": "process"}
+    runner, app = wrapped(rt, [tool], model(says(call("p1", "sh"))))
+    sid = await new_session(runner)
+    (request,) = asked(await consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
+    answer = confirm(request, True)
+    run = asyncio.ensure_future(
+        consume(app.run_async(user_id="u", session_id=sid, new_message=answer))
+    )
+    await until(lambda: len(marked_alive(sid)) >= 3, what="the confirmed command")
+    assert await rt.abort(sid) is Receipt.ACCEPTED
+    assert marked_alive(sid) == []  # nothing of it outlived abort()
+    await asyncio.wait_for(run, 10)
+    assert "ended" in str(responses(await history(runner, sid), "p1")[-1])
+    finished = [e.attrs.get("outcome") for e in sink if e.kind == names.TOOL_FINISHED]
+    assert finished == ["aborted"]
     assert not kept(app, sid)
     assert check_invariants(list(sink)) == []
 
