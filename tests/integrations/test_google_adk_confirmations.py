@@ -180,6 +180,30 @@ async def test_a_confirmation_sent_after_the_stop_never_runs_the_write(
     assert check_invariants(list(sink)) == []
 
 
+@pytest.mark.parametrize(
+    "said", [{"confirmed": [1]}, {"response": "not json"}, {"confirmed": True, "extra": 1}]
+)
+async def test_a_confirmation_adk_cannot_read_is_said_and_loses_nothing(
+    rt: Runtime, sink: MemorySink, said: dict[str, Any]
+) -> None:
+    """A malformed answer is one clear error, before anything runs: the turn still waits on its
+    prompt (it is not taken for "another message", which would stop it), and the answer sent
+    again, well formed, goes on."""
+    w = Writes()
+    runner, app, sid, request = await ask_to_write(rt, w)
+    waiting, before = rt.session(sid).live, len(await history(runner, sid))
+    response = types.FunctionResponse(name=CONFIRM, id=request.id, response=said)
+    bad = types.Content(role="user", parts=[types.Part(function_response=response)])
+    with pytest.raises(ValueError, match=f"confirmation {request.id}: ") as told:
+        await consume(app.run_async(user_id="u", session_id=sid, new_message=bad))
+    assert "\n" not in str(told.value)  # one line
+    assert rt.session(sid).live is waiting  # still waiting, its prompt open
+    assert len(await history(runner, sid)) == before  # no run started: nothing recorded
+    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    assert w.written == ["a"]
+    assert check_invariants(list(sink)) == []
+
+
 async def test_another_message_while_it_waits_abandons_the_confirmation(
     rt: Runtime, sink: MemorySink
 ) -> None:

@@ -70,30 +70,35 @@ def waits(turn: Turn) -> bool:
 
 def answer(runtime: Runtime, dispatch: Dispatcher, session: str, message: Any) -> tuple[Any, bool]:
     """The confirmations in ``message`` answered through the runtime: the message ADK is given
-    (one refused as late turned into a rejection), and whether it answered any prompt of ours."""
+    (one refused as late turned into a rejection), and whether it answered any prompt of ours.
+    An answer ADK cannot read raises ``ValueError`` (one line) before any is answered."""
     parts = list(getattr(message, "parts", None) or ())
-    ours = False
+    said: dict[int, tuple[str, ToolConfirmation]] = {}
     for i, part in enumerate(parts):
         fr = part.function_response
-        if fr is None or fr.name != CONFIRM or not fr.id:
-            continue
+        if fr is not None and fr.name == CONFIRM and fr.id:
+            try:
+                said[i] = fr.id, ToolConfirmation.from_response_dict(dict(fr.response or {}))
+            except ValueError as exc:  # pydantic's ValidationError, json's JSONDecodeError
+                why = " ".join(str(exc).split())
+                raise ValueError(f"confirmation {fr.id}: not an answer ADK reads: {why}") from None
+    ours = False
+    for i, (request, confirmation) in said.items():
         try:
-            said = ToolConfirmation.from_response_dict(dict(fr.response or {}))
-            answered = runtime.answer_permission(session, fr.id, said.confirmed)
-        except (LookupError, ValueError):
-            continue  # not a prompt of ours, or not an answer ADK can read: ADK's own
+            answered = runtime.answer_permission(session, request, confirmation.confirmed)
+        except LookupError:
+            continue  # not a prompt of ours: ADK's own
         ours = True
         if answered is Answer.GRANTED:
             continue  # the tool's confirmed run takes the prompt's call
-        dispatch.slots.pop((session, fr.id), None)  # nothing of ADK's runs the prompt's call
-        for key in [k for k, v in dispatch.renamed.items() if k[0] == session and v == fr.id]:
+        dispatch.slots.pop((session, request), None)  # nothing of ADK's runs the prompt's call
+        for key in [k for k, v in dispatch.renamed.items() if k[0] == session and v == request]:
             del dispatch.renamed[key]
         if answered is Answer.LATE:
-            refused = said.model_copy(update={"confirmed": False})
+            refused = confirmation.model_copy(update={"confirmed": False})
             response = refused.model_dump(by_alias=True, exclude_none=True)
-            parts[i] = types.Part(
-                function_response=types.FunctionResponse(name=CONFIRM, id=fr.id, response=response)
-            )
+            late = types.FunctionResponse(name=CONFIRM, id=request, response=response)
+            parts[i] = types.Part(function_response=late)
     if not ours:
         return message, False
     return message.model_copy(update={"parts": parts}), True
