@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from google.adk.agents import LlmAgent
 from google.adk.agents.context import Context
-from google.adk.apps import App
+from google.adk.apps import App, ResumabilityConfig
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
@@ -395,6 +395,38 @@ async def test_a_confirmed_command_is_contained_and_ended_at_the_stop(
     finished = [e.attrs.get("outcome") for e in sink if e.kind == names.TOOL_FINISHED]
     assert finished == ["aborted"]
     assert not kept(app, sid)
+    assert check_invariants(list(sink)) == []
+
+
+@pytest.mark.filterwarnings("ignore:.*ResumabilityConfig:UserWarning")  # ADK's "experimental"
+@pytest.mark.parametrize("stopped", [False, True])
+async def test_a_resumable_apps_invocation_resumed_by_the_answer(
+    rt: Runtime, sink: MemorySink, stopped: bool
+) -> None:
+    """A resumable app (``ResumabilityConfig``) resumes the paused invocation with the answer
+    (``invocation_id=``): the same turn goes on, or, after a stop, the answer is refused."""
+    w = Writes()
+    agent = LlmAgent(name="a", model=model(says(call("w1", "write", text="a"))), tools=[w.tool])
+    plugin = TurnwatchPlugin(rt, [w.tool])
+    resumable = ResumabilityConfig(is_resumable=True)
+    app_ = App(name="app", root_agent=agent, plugins=[plugin], resumability_config=resumable)
+    runner = InMemoryRunner(app=app_)
+    app = StoppableRunner(runner, rt)
+    sid = await new_session(runner)
+    events = await consume(app.run_async(user_id="u", session_id=sid, new_message=HI))
+    (request,) = asked(events)
+    if stopped:
+        await rt.abort(sid)
+    answer = confirm(request, True)
+    resumed = app.run_async(
+        user_id="u", session_id=sid, new_message=answer, invocation_id=events[-1].invocation_id
+    )
+    await consume(resumed)
+    assert w.written == ([] if stopped else ["a"])
+    assert (names.PERMISSION_LATE if stopped else names.PERMISSION_GRANTED) in kinds(
+        sink, request.id
+    )
+    assert rt.session(sid).live is None
     assert check_invariants(list(sink)) == []
 
 
