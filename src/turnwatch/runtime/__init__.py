@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from turnwatch.runtime.model import Mode as Mode
     from turnwatch.runtime.model import Outcome as Outcome
     from turnwatch.runtime.model import ParentStoppedError as ParentStoppedError
+    from turnwatch.runtime.model import PastCalls as PastCalls
     from turnwatch.runtime.model import Phase as Phase
     from turnwatch.runtime.model import Policy as Policy
     from turnwatch.runtime.model import Receipt as Receipt

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from turnwatch import names
 
@@ -262,3 +262,13 @@ def parse_traceparent(traceparent: str) -> str:
             f"bad traceparent {traceparent!r}: want 00-<32 hex trace id>-<16 hex span id>-<2 hex>"
         )
     return traceparent
+
+
+class PastCalls(Protocol):
+    """What runtimes before this one recorded of their calls (a ledger's, for one:
+    :class:`turnwatch.tracing.past_calls.LedgerCalls`), read by a runtime after a restart."""
+
+    def resolved(self, session: str, call: str) -> bool:
+        """True if ``call`` of ``session`` was recorded resolved: a prompt it had was answered
+        or closed by a stop, and no answer can start it any more."""
+        ...

@@ -21,6 +21,7 @@ from turnwatch.runtime.model import (
     Mode,
     Outcome,
     ParentStoppedError,
+    PastCalls,
     Receipt,
     StopSource,
     TurnBusyError,
@@ -52,7 +53,9 @@ class Runtime:
 
     Create it inside a running event loop. ``sink`` receives every event; without one, nothing is
     recorded and nothing is built. ``clock`` measures the grace window (a test's ManualClock
-    makes it instant).
+    makes it instant). ``past`` is what runtimes before this one recorded (a ledger's,
+    :class:`turnwatch.tracing.past_calls.LedgerCalls`): a prompt their stop closed is refused
+    to an answer sent after a restart.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class Runtime:
         retain_settled_s: float = RETAIN_SETTLED_S,
         max_settled: int = MAX_SETTLED,
         max_settled_turns: int = MAX_SETTLED_TURNS,
+        past: PastCalls | None = None,
     ) -> None:
         if grace_s <= 0:
             raise ValueError(f"grace window must be positive, got {grace_s}")
@@ -93,6 +97,9 @@ class Runtime:
         # Settled sessions are kept a while, then evicted to tombstones (runtime.retention).
         self.retention = Retention(retain_s=retain_settled_s, max_settled=max_settled)
         self.control = control  # the control socket's path, once one serves this runtime
+        # What runtimes before this one recorded (a ledger): a prompt their stop closed stays
+        # closed to an answer sent here after a restart.
+        self.past = past
         self.sessions: dict[str, Session] = {}
         self._pid = os.getpid()
         self._create_time = _own_create_time()
@@ -215,24 +222,29 @@ class Runtime:
     # --- calls ---
 
     def answer_permission(self, session_id: str, call_id: str, approved: bool) -> Answer:
-        """The user's answer to a prompt; ``LATE`` (refused) when a stop closed it first, or
-        the session settled and was evicted since."""
-        if self.evicted(session_id):
-            self.emit(
-                names.PERMISSION_LATE, session_id, call=call_id, attrs={names.K_APPROVED: approved}
-            )
-            return Answer.LATE
-        sess = self.session(session_id)
-        call = next((t.calls[call_id] for t in sess.turns.values() if call_id in t.calls), None)
-        # Long over, the prompt with it; or refused before its prompt opened (a framework asked
-        # after the stop reached the turn): no answer can start it.
-        if (call is None and sess.folded(PROMPTED, call_id)) or (
-            call is not None and call.prompt is None and _refused(call)
+        """The user's answer to a prompt; ``LATE`` (refused) when a stop closed it first, the
+        session settled and was evicted since, or (``past``) a runtime before this one
+        resolved the call. ``LookupError`` for a call no prompt of this runtime's is for."""
+        sess = self.sessions.get(session_id)
+        call = None
+        if sess is not None:
+            call = next((t.calls[call_id] for t in sess.turns.values() if call_id in t.calls), None)
+        if (
+            self.evicted(session_id)
+            # Long over, the prompt with it; or refused before its prompt opened (a framework
+            # asked after the stop reached the turn): no answer can start it.
+            or (call is None and sess is not None and sess.folded(PROMPTED, call_id))
+            or (call is not None and call.prompt is None and _refused(call))
+            # Resolved by a runtime before this one (its prompt closed by a stop there): not
+            # even an answer sent after a restart starts it.
+            or (call is None and self.past is not None and self.past.resolved(session_id, call_id))
         ):
             self.emit(
                 names.PERMISSION_LATE, session_id, call=call_id, attrs={names.K_APPROVED: approved}
             )
             return Answer.LATE
+        if sess is None:
+            self.session(session_id)  # raises, naming the sessions there are
         if call is None or call.prompt is None:
             raise LookupError(
                 f"no permission prompt for call {call_id!r} in session {session_id!r}"

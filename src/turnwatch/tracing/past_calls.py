@@ -1,0 +1,58 @@
+"""What runtimes before this one recorded of their calls, read from a ledger.
+
+A runtime started after a restart (a deploy, a crash) knows nothing of the prompts the one
+before it asked; the agent's UI may still show one, and the framework still holds its call. An
+approval sent then was "not a prompt of ours" to every wrapper, which handed it to the
+framework, which ran the tool, though the user had clicked Stop before the restart. Given the
+ledger (``Runtime(past=LedgerCalls(path))``), the runtime refuses it as late: the ledger says
+the stop resolved the call.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+from turnwatch.runtime.events import storable_text
+from turnwatch.tracing.ledger_file import BUSY_TIMEOUT_S, LedgerError, connect
+
+__all__ = ["LedgerCalls"]
+
+log = logging.getLogger("turnwatch.ledger")
+
+
+class LedgerCalls:
+    """:class:`~turnwatch.runtime.model.PastCalls` from the ledger at ``path`` (its ``calls``
+    summary rows, by their key). Read when asked (an answer to a prompt this runtime never asked
+    is rare), through one read-only connection opened at the first question. A ledger that
+    cannot be read proves nothing: its cause is logged once, and nothing is said resolved."""
+
+    def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+        self.path = Path(path)
+        self._busy_timeout_s = busy_timeout_s
+        self._conn: sqlite3.Connection | None = None
+        self._said = False
+
+    def resolved(self, session: str, call: str) -> bool:
+        """True if the ledger records ``call`` of ``session`` resolved."""
+        try:
+            if self._conn is None:
+                self._conn = connect(self.path, readonly=True, busy_timeout_s=self._busy_timeout_s)
+            row = self._conn.execute(
+                "SELECT ended_ts FROM calls WHERE session = ? AND call = ?",
+                (storable_text(session), storable_text(call)),
+            ).fetchone()
+        except (LedgerError, OSError, sqlite3.Error) as exc:
+            self.close()
+            if not self._said:
+                self._said = True
+                log.warning("turnwatch: %s: past calls not read (%s)", self.path, exc)
+            return False
+        return row is not None and row[0] is not None
+
+    def close(self) -> None:
+        """Close the connection (the next question opens another)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,104 @@
+"""An approval sent after a restart, for a prompt the user's Stop closed before it.
+
+The agent's process restarts (a deploy, a crash) between the Stop and the approval: its new
+runtime knows nothing of the prompt, and every wrapper handed the approval to its framework as
+"not a prompt of ours", which ran the tool. Given the ledger the process before wrote
+(``Runtime(past=LedgerCalls(path))``), the new runtime refuses it: the tool never runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from pydantic_ai import DeferredToolResults
+
+from tests.conftest import GRACE
+from tests.integrations.test_google_adk import HI, call, consume, model, new_session, says
+from tests.integrations.test_google_adk_confirmations import Writes, asked, confirm
+from tests.integrations.test_pydantic_ai import approval_agent
+from turnwatch import names
+from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin
+from turnwatch.integrations.pydantic_ai import STOPPED, StoppableAgent
+from turnwatch.runtime import FanOut, LocalHost, MemorySink, Receipt, Runtime
+from turnwatch.tracing import Ledger
+from turnwatch.tracing.past_calls import LedgerCalls
+
+
+class Process:
+    """One life of the agent's process: a runtime writing the ledger at ``path``, which reads
+    what the lives before it recorded."""
+
+    def __init__(self, path: Path) -> None:
+        self.seen = MemorySink()
+        self.ledger = Ledger(path)
+        self.rt = Runtime(
+            LocalHost(), grace_s=GRACE, sink=FanOut(self.seen, self.ledger), past=LedgerCalls(path)
+        )
+
+    def end(self) -> None:
+        self.ledger.close()
+
+    def late(self) -> bool:
+        return any(e.kind == names.PERMISSION_LATE for e in self.seen)
+
+
+async def test_pydantic_ai_a_stop_before_the_restart_refuses_the_approval_after_it(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "keep-me"
+    target.write_text("precious")
+    agent, seen = approval_agent(target)
+    before = Process(tmp_path / "ledger.sqlite3")
+    first = await StoppableAgent(agent, before.rt).run("clean up", session="s")
+    assert await before.rt.abort("s") is Receipt.ACCEPTED  # the user clicks Stop
+    before.end()  # … and the process restarts
+
+    after = Process(tmp_path / "ledger.sqlite3")
+    try:
+        second = await StoppableAgent(agent, after.rt).run(
+            message_history=first.all_messages(),
+            session="s",
+            deferred_tool_results=DeferredToolResults(approvals={"a1": True}),
+        )
+    finally:
+        after.end()
+    assert second.output == "ok"
+    assert target.read_text() == "precious"  # never deleted
+    assert seen == [STOPPED]
+    assert after.late()
+
+
+async def test_adk_a_stop_before_the_restart_refuses_the_confirmation_after_it(
+    tmp_path: Path,
+) -> None:
+    w = Writes()
+    llm = model(says(call("w1", "write", text="a")))
+
+    def life(path: Path, sessions: Any = None) -> tuple[Process, Runner, StoppableRunner]:
+        proc = Process(path)
+        agent = LlmAgent(name="a", model=llm, tools=[w.tool])
+        app = App(name="app", root_agent=agent, plugins=[TurnwatchPlugin(proc.rt, [w.tool])])
+        runner = Runner(app=app, session_service=sessions or InMemorySessionService())
+        return proc, runner, StoppableRunner(runner, proc.rt)
+
+    before, runner, wrapped = life(tmp_path / "ledger.sqlite3")
+    sid = await new_session(runner)  # type: ignore[arg-type]
+    (request,) = asked(
+        await consume(wrapped.run_async(user_id="u", session_id=sid, new_message=HI))
+    )
+    assert await before.rt.abort(sid) is Receipt.ACCEPTED
+    before.end()
+
+    after, runner, wrapped = life(tmp_path / "ledger.sqlite3", runner.session_service)
+    try:
+        answer = confirm(request, True)
+        await consume(wrapped.run_async(user_id="u", session_id=sid, new_message=answer))
+    finally:
+        after.end()
+    assert w.written == []  # the tool never ran
+    assert after.late()
