@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agents import Agent as SdkAgent
+from agents import RunState, function_tool
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
 from google.adk.runners import Runner
@@ -20,9 +22,11 @@ from pydantic_ai import DeferredToolResults
 from tests.conftest import GRACE
 from tests.integrations.test_google_adk import HI, call, consume, model, new_session, says
 from tests.integrations.test_google_adk_confirmations import Writes, asked, confirm
+from tests.integrations.test_openai_agents import scripted
 from tests.integrations.test_pydantic_ai import approval_agent
 from turnwatch import names
 from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin
+from turnwatch.integrations.openai_agents import StoppableRunner as SdkRunner
 from turnwatch.integrations.pydantic_ai import STOPPED, StoppableAgent
 from turnwatch.runtime import FanOut, LocalHost, MemorySink, Receipt, Runtime
 from turnwatch.tracing import Ledger
@@ -101,4 +105,40 @@ async def test_adk_a_stop_before_the_restart_refuses_the_confirmation_after_it(
     finally:
         after.end()
     assert w.written == []  # the tool never ran
+    assert after.late()
+
+
+async def test_agents_sdk_a_saved_run_state_approved_after_the_restart_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The SDK's own pattern for an approval that comes later: the run's state saved
+    (``to_string``), and resumed from it in another process with the user's answer."""
+    target = tmp_path / "f"
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def write(path: str) -> str:
+        """Write a file."""
+        ran.append(path)
+        Path(path).write_text("x")
+        return "written"
+
+    model = scripted(("write", {"path": str(target)}, "w1"))
+    agent = SdkAgent(name="a", model=model, tools=[write])
+    before = Process(tmp_path / "ledger.sqlite3")
+    result = await SdkRunner(agent, before.rt).run("go", session="s")
+    assert result.interruptions
+    saved = result.to_state().to_string()
+    assert await before.rt.abort("s") is Receipt.ACCEPTED
+    before.end()
+
+    after = Process(tmp_path / "ledger.sqlite3")
+    try:
+        state = await RunState.from_string(agent, saved)
+        state.approve(state.get_interruptions()[0])  # the prompt still on the user's screen
+        await SdkRunner(agent, after.rt).run(state, session="s")
+    finally:
+        after.end()
+    assert ran == []
+    assert not target.exists()
     assert after.late()
