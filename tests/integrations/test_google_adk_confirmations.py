@@ -16,6 +16,7 @@ import pytest
 from google.adk.agents import LlmAgent
 from google.adk.agents.context import Context
 from google.adk.apps import App, ResumabilityConfig
+from google.adk.events import Event
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
@@ -36,8 +37,9 @@ from tests.integrations.test_google_adk import (
     wrapped,
 )
 from turnwatch import names
+from turnwatch.integrations import google_adk_confirmations as confirmations
 from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin
-from turnwatch.integrations.wrappers import run_command
+from turnwatch.integrations.wrappers import Dispatcher, dispatcher, run_command
 from turnwatch.runtime import MemorySink, Receipt, Runtime
 from turnwatch.runtime.model import Phase
 from turnwatch.testing import check_invariants
@@ -100,7 +102,10 @@ def responses(events: list[Any], call_id: str) -> list[dict[str, Any]]:
 
 def kept(app: StoppableRunner, session: str) -> list[object]:
     """What the wrapper keeps of ``session``'s calls (slots, renamed ids)."""
-    d = app.dispatch
+    return kept_of(app.dispatch, session)
+
+
+def kept_of(d: Dispatcher, session: str) -> list[object]:
     return [k for k in [*d.slots, *d.renamed] if k[0] == session]
 
 
@@ -483,3 +488,20 @@ async def test_a_tool_that_asks_itself_is_told_no_after_the_stop(
     assert names.PERMISSION_LATE in kinds(sink, request.id)
     assert responses(await history(runner, sid), "p1")[-1] == {"result": "not paid"}
     assert check_invariants(list(sink)) == []
+
+
+async def test_a_request_seen_twice_is_asked_once(rt: Runtime, sink: MemorySink) -> None:
+    """An event read again (a client that replays what it saw): the request is one prompt."""
+    turn = rt.start_turn("s")
+    held = {"id": "w1", "name": "write", "args": {"text": "a"}}
+    ask = types.FunctionCall(id="adk-1", name=CONFIRM, args={"originalFunctionCall": held})
+    event = Event(
+        author="a", content=types.Content(role="model", parts=[types.Part(function_call=ask)])
+    )
+    dispatch = dispatcher(rt.host, "test")
+    confirmations.ask(turn, dispatch, event)
+    confirmations.ask(turn, dispatch, event)
+    assert list(turn.calls) == ["adk-1"]
+    assert [e.kind for e in sink if e.call == "adk-1"].count(names.PERMISSION_REQUESTED) == 1
+    await rt.abort("s")
+    assert not kept_of(dispatch, "s")

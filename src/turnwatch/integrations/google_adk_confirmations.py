@@ -44,8 +44,8 @@ def ask(turn: Turn, dispatch: Dispatcher, event: Any) -> None:
     session = turn.session.id
     for fc in event.get_function_calls():
         held = (fc.args or {}).get("originalFunctionCall") if fc.name == CONFIRM else None
-        if not isinstance(held, dict) or not fc.id or not held.get("name"):
-            continue
+        if not isinstance(held, dict) or not fc.id or not held.get("name") or fc.id in turn.calls:
+            continue  # not a confirmation request, or one asked already (an event seen again)
         name, args = str(held["name"]), dict(held.get("args") or {})
         slot = dispatch.slot(session, fc.id)
         cls = dispatch.classes.get(name, ToolClass.MUTATING)
