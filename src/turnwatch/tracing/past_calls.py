@@ -39,17 +39,19 @@ class LedgerCalls:
         try:
             if self._conn is None:
                 self._conn = connect(self.path, readonly=True, busy_timeout_s=self._busy_timeout_s)
-            row = self._conn.execute(
+            # Read to its end: a statement left open would hold its snapshot, and the writer
+            # could never checkpoint the WAL past it (this connection lives for months).
+            rows = self._conn.execute(
                 "SELECT ended_ts FROM calls WHERE session = ? AND call = ?",
                 (storable_text(session), storable_text(call)),
-            ).fetchone()
+            ).fetchall()
         except (LedgerError, OSError, sqlite3.Error) as exc:
             self.close()
             if not self._said:
                 self._said = True
                 log.warning("turnwatch: %s: past calls not read (%s)", self.path, exc)
             return False
-        return row is not None and row[0] is not None
+        return bool(rows) and rows[0][0] is not None
 
     def close(self) -> None:
         """Close the connection (the next question opens another)."""
