@@ -4,6 +4,7 @@ demo counts only its own leftovers, and looking or refusing changes no file."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -13,8 +14,10 @@ import psutil
 from tests.conftest import Procs, turnwatch
 from tests.watchdog.helpers import Recorder
 from turnwatch.cli.demo.scenario import leftovers
+from turnwatch.runtime import Answer, LocalHost, Runtime
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.tools.proctree import CALL_MARKER
+from turnwatch.tracing import Ledger
 from turnwatch.tracing.ages import age, ago
 
 
@@ -221,3 +224,28 @@ def test_a_call_that_never_began_is_not_said_to_run(tmp_path: Path) -> None:
     listed = turnwatch("sessions", "--ledger", str(path), "--json")  # the live page's rows
     (row,) = json.loads(listed.stdout)
     assert {c["call"]: c["phase"] for c in row["calls"]} == outcomes
+
+
+async def test_explain_shows_an_approval_the_stop_came_before(tmp_path: Path) -> None:
+    """The user approved a prompt after clicking Stop, and turnwatch refused it: explain said
+    nothing of it, and the on-call engineer asked "why did my write never run?" had no answer
+    in the timeline. It is a step now, at its offset, with the call it was for."""
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    rt = Runtime(LocalHost(), sink=ledger, grace_s=1.0)
+    turn = rt.start_turn("s")
+    write = {"path": str(tmp_path / "x"), "content": "x"}
+    asked = turn.request("Write", write, ask_permission=True)
+    await asyncio.sleep(0)
+    await rt.abort("s")
+    await asyncio.sleep(0.05)
+    assert rt.answer_permission("s", asked.call_id, True) is Answer.LATE
+    rt.answer_permission("s", asked.call_id, False)  # a "deny" as late says so too
+    ledger.close()
+    told = turnwatch("explain", "s", "--json", "--ledger", str(path))
+    assert told.returncode == 0, told.stderr
+    steps = [(label, detail) for _offset, label, detail in json.loads(told.stdout)["steps"]]
+    assert ("approval after the stop, refused", f"call {asked.call_id}") in steps
+    assert ("answer after the stop, refused", f"call {asked.call_id}") in steps
+    text = turnwatch("explain", "s", "--ledger", str(path), env={"COLUMNS": "120"}).stdout
+    assert "approval after the stop, refused" in text

@@ -137,6 +137,13 @@ def build(
                 move is Move.STOP and (Move.RPC in st.moves or Move.UI_CLICK in st.moves)
             ):
                 ex.steps.append((st.ev.ts_unix - t0, _STEP_LABEL[move], _detail(st.ev)))
+        if Move.ANSWER_LATE in st.moves:
+            # The user answered a prompt the stop had closed, and was refused: why a write
+            # they approved never ran.
+            said = "approval" if st.ev.attrs.get(names.K_APPROVED) else "answer"
+            ex.steps.append(
+                (st.ev.ts_unix - t0, f"{said} after the stop, refused", f"call {st.ev.call}")
+            )
         if Move.FINDING in st.moves or Move.RECOVERED in st.moves:
             # What the watchdog saw, and what its recovery did: steps of the turn too.
             ex.steps.append((st.ev.ts_unix - t0, *_watchdog_step(st.ev, st.moves)))

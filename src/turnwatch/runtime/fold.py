@@ -73,6 +73,7 @@ __all__ = [
 _NONE: tuple[Move, ...] = ()
 _CROSSED = (Move.CROSSED,)
 _RELEASED = (Move.RELEASED,)
+_ANSWER_LATE = (Move.ANSWER_LATE,)
 _CLEARED_KIND = names.PROCESSING_CLEARED
 _ACCEPTED = (None, Receipt.ACCEPTED.value)
 #: ``idle_by`` of a stop the server's own processing.cleared measured.
@@ -327,6 +328,10 @@ def _cancelled(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
     return (Move.CANCELLED,)
 
 
+def _answer_late(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
+    return _ANSWER_LATE  # refused: nothing of the call moves
+
+
 def _started(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
     a = ev.attrs
     # A call starts once; a process tool's later tool.started (each command it runs) names a
@@ -394,6 +399,7 @@ _CALL_RULES: Mapping[str, Callable[[CallState, Event, SessionState], tuple[Move,
     names.PERMISSION_GRANTED: _granted,
     names.PERMISSION_DENIED: _denied,
     names.PERMISSION_CANCELLED: _cancelled,
+    names.PERMISSION_LATE: _answer_late,
     names.TOOL_STARTED: _started,
     names.TOOL_PROGRESS: _progress,
     names.TOOLS_ABORT_SENT: _abort_sent,

@@ -56,6 +56,7 @@ class Move(Enum):
     GRANTED = auto()
     DENIED = auto()
     CANCELLED = auto()  # a stop closed the prompt: it can never be approved
+    ANSWER_LATE = auto()  # an answer to a prompt the stop came before: refused
     STARTED = auto()
     PROGRESS = auto()
     ABORT_SENT = auto()  # the call's tools.abort (first time)

@@ -239,9 +239,15 @@ class Runtime:
             # even an answer sent after a restart starts it.
             or (call is None and self.past is not None and self.past.resolved(session_id, call_id))
         ):
-            self.emit(
-                names.PERMISSION_LATE, session_id, call=call_id, attrs={names.K_APPROVED: approved}
-            )
+            if call is not None:  # with its turn and tool: explain shows it in the turn
+                call.emit(names.PERMISSION_LATE, approved=approved)
+            else:
+                self.emit(
+                    names.PERMISSION_LATE,
+                    session_id,
+                    call=call_id,
+                    attrs={names.K_APPROVED: approved},
+                )
             return Answer.LATE
         if sess is None:
             self.session(session_id)  # raises, naming the sessions there are
