@@ -91,9 +91,7 @@ def answer(runtime: Runtime, dispatch: Dispatcher, session: str, message: Any) -
         ours = True
         if answered is Answer.GRANTED:
             continue  # the tool's confirmed run takes the prompt's call
-        dispatch.slots.pop((session, request), None)  # nothing of ADK's runs the prompt's call
-        for key in [k for k, v in dispatch.renamed.items() if k[0] == session and v == request]:
-            del dispatch.renamed[key]
+        dispatch.release(session, (request,))  # nothing of ADK's runs the prompt's call
         if answered is Answer.LATE:
             refused = confirmation.model_copy(update={"confirmed": False})
             response = refused.model_dump(by_alias=True, exclude_none=True)

@@ -398,8 +398,10 @@ class StoppableAgent(Generic[Deps, Out]):
         approvals = dict(results.approvals)
         for call_id, answer in results.approvals.items():
             approved = answer is True or isinstance(answer, ToolApproved)
-            # The prompt of a tool that asked itself is under the id of its run to come.
-            for ours in (resumed_id(call_id), call_id):
+            # The prompt of a tool that asked itself is under the id of its run to come: named
+            # while its turn waits; once a stop settled it, the one the runtime knows.
+            asked = self.dispatch.renamed.get((session, call_id), call_id)
+            for ours in dict.fromkeys((asked, resumed_id(call_id))):
                 try:
                     said = self.runtime.answer_permission(session, ours, approved)
                 except LookupError:
@@ -410,8 +412,7 @@ class StoppableAgent(Generic[Deps, Out]):
             if said is Answer.LATE:
                 approvals[call_id] = ToolDenied(STOPPED)
             if said is not Answer.GRANTED:  # the framework will not run it: nothing to hand over
-                self.dispatch.slots.pop((session, ours), None)
-                self.dispatch.renamed.pop((session, call_id), None)
+                self.dispatch.release(session, (ours,))
         return dataclasses.replace(results, approvals=approvals)
 
     def _unclaimed(self, session: str) -> None:

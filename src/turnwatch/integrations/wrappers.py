@@ -221,8 +221,8 @@ class Dispatcher:
 
     def release(self, session: str, calls: Iterable[str]) -> None:
         """The slots of ``calls``, resolved without the framework running them (a stop settled
-        their turn): dropped, a handler still awaited cancelled (no framework run takes it), and
-        what renamed a framework call to one of them."""
+        their turn, or their user's answer refused them): dropped, a handler still awaited
+        cancelled (no framework run takes it), and what renamed a framework call to one of them."""
         ids = set(calls)
         for cid in ids:
             slot = self.slots.pop((session, cid), None)

@@ -15,11 +15,15 @@ import sqlite3
 from pathlib import Path
 
 from turnwatch.runtime.events import storable_text
-from turnwatch.tracing.ledger_file import BUSY_TIMEOUT_S, LedgerError, connect
+from turnwatch.tracing.ledger_file import LedgerError, connect
 
 __all__ = ["LedgerCalls"]
 
 log = logging.getLogger("turnwatch.ledger")
+
+#: How long a question waits for a locked ledger: it is asked on the runtime's event loop (in
+#: ``answer_permission``), which the stop path shares; a ledger's 5 s would stall every session.
+BUSY_TIMEOUT_S_PAST = 0.25
 
 
 class LedgerCalls:
@@ -28,7 +32,7 @@ class LedgerCalls:
     is rare), through one read-only connection opened at the first question. A ledger that
     cannot be read proves nothing: its cause is logged once, and nothing is said resolved."""
 
-    def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_s: float = BUSY_TIMEOUT_S_PAST) -> None:
         self.path = Path(path)
         self._busy_timeout_s = busy_timeout_s
         self._conn: sqlite3.Connection | None = None
