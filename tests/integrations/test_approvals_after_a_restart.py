@@ -142,3 +142,33 @@ async def test_agents_sdk_a_saved_run_state_approved_after_the_restart_is_refuse
     assert ran == []
     assert not target.exists()
     assert after.late()
+
+
+class Asked:
+    """A ``PastCalls`` that says nothing was resolved, and keeps what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def resolved(self, session: str, call: str) -> bool:
+        self.asked.append((session, call))
+        return False
+
+
+async def test_an_answer_to_a_prompt_of_this_runtime_reads_no_ledger(tmp_path: Path) -> None:
+    """The ledger is read only for a call this runtime does not know: an approval of its own
+    prompt, the common case, costs the event loop no read."""
+    target = tmp_path / "old-file"
+    target.write_text("old")
+    agent, _seen = approval_agent(target)
+    past = Asked()
+    rt = Runtime(LocalHost(), grace_s=GRACE, past=past)
+    wrapped = StoppableAgent(agent, rt)
+    first = await wrapped.run("clean up", session="s")
+    await wrapped.run(
+        message_history=first.all_messages(),
+        session="s",
+        deferred_tool_results=DeferredToolResults(approvals={"a1": True}),
+    )
+    assert not target.exists()  # approved, and run
+    assert past.asked == []
