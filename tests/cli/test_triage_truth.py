@@ -4,7 +4,6 @@ demo counts only its own leftovers, and looking or refusing changes no file."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
@@ -235,10 +234,8 @@ async def test_explain_shows_an_approval_the_stop_came_before(tmp_path: Path) ->
     rt = Runtime(LocalHost(), sink=ledger, grace_s=1.0)
     turn = rt.start_turn("s")
     write = {"path": str(tmp_path / "x"), "content": "x"}
-    asked = turn.request("Write", write, ask_permission=True)
-    await asyncio.sleep(0)
+    asked = turn.request("Write", write, ask_permission=True)  # its prompt open on return
     await rt.abort("s")
-    await asyncio.sleep(0.05)
     assert rt.answer_permission("s", asked.call_id, True) is Answer.LATE
     rt.answer_permission("s", asked.call_id, False)  # a "deny" as late says so too
     ledger.close()

@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agents import Agent as SdkAgent
-from agents import RunState, function_tool
+from agents import RunState
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
 from google.adk.runners import Runner
@@ -22,7 +21,7 @@ from pydantic_ai import DeferredToolResults
 from tests.conftest import GRACE
 from tests.integrations.test_google_adk import HI, call, consume, model, new_session, says
 from tests.integrations.test_google_adk_confirmations import Writes, asked, confirm
-from tests.integrations.test_openai_agents import scripted
+from tests.integrations.test_openai_agents import approval_agent as sdk_approval_agent
 from tests.integrations.test_pydantic_ai import approval_agent
 from turnwatch import names
 from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin
@@ -115,16 +114,7 @@ async def test_agents_sdk_a_saved_run_state_approved_after_the_restart_is_refuse
     (``to_string``), and resumed from it in another process with the user's answer."""
     target = tmp_path / "f"
     ran: list[str] = []
-
-    @function_tool(needs_approval=True)
-    def write(path: str) -> str:
-        """Write a file."""
-        ran.append(path)
-        Path(path).write_text("x")
-        return "written"
-
-    model = scripted(("write", {"path": str(target)}, "w1"))
-    agent = SdkAgent(name="a", model=model, tools=[write])
+    agent = sdk_approval_agent(target, ran)
     before = Process(tmp_path / "ledger.sqlite3")
     result = await SdkRunner(agent, before.rt).run("go", session="s")
     assert result.interruptions

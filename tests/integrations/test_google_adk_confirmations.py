@@ -90,6 +90,12 @@ def kinds(sink: MemorySink, call_id: str | None) -> list[str]:
     return [e.kind for e in sink if e.call == call_id]
 
 
+def outcome(sink: MemorySink, call_id: str | None) -> object:
+    """How the call ended, as the ledger has it."""
+    (ended,) = [e for e in sink if e.kind == names.TOOL_FINISHED and e.call == call_id]
+    return ended.attrs.get("outcome")
+
+
 def responses(events: list[Any], call_id: str) -> list[dict[str, Any]]:
     """Every function response to ``call_id`` in the history, in order."""
     return [
@@ -107,6 +113,15 @@ def kept(app: StoppableRunner, session: str) -> list[object]:
 
 def kept_of(d: Dispatcher, session: str) -> list[object]:
     return [k for k in [*d.slots, *d.renamed] if k[0] == session]
+
+
+async def reply(
+    app: StoppableRunner, sid: str, request: types.FunctionCall, confirmed: bool = True
+) -> list[Any]:
+    """The run the user's answer to ``request`` makes: its events."""
+    return await consume(
+        app.run_async(user_id="u", session_id=sid, new_message=confirm(request, confirmed))
+    )
 
 
 async def ask_to_write(rt: Runtime, w: Writes, *steps: types.Content) -> tuple[Any, Any, str, Any]:
@@ -141,7 +156,7 @@ async def test_a_confirmation_runs_the_write_in_the_turn_that_asked(
     runner, app, sid, request = await ask_to_write(rt, w)
     turn = rt.session(sid).live
     assert turn is not None
-    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    await reply(app, sid, request)
     assert w.written == ["a"]
     assert turn.settled.done()
     assert rt.session(sid).live is None
@@ -161,7 +176,7 @@ async def test_a_confirmation_runs_the_write_in_the_turn_that_asked(
 async def test_a_rejection_is_the_prompts_denial(rt: Runtime, sink: MemorySink) -> None:
     w = Writes()
     runner, app, sid, request = await ask_to_write(rt, w)
-    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, False)))
+    await reply(app, sid, request, False)
     assert w.written == []
     assert names.PERMISSION_DENIED in kinds(sink, request.id)
     assert rt.session(sid).live is None
@@ -176,7 +191,7 @@ async def test_a_confirmation_sent_after_the_stop_never_runs_the_write(
     runner, app, sid, request = await ask_to_write(rt, w)
     assert await rt.abort(sid) is Receipt.ACCEPTED
     assert rt.session(sid).live is None  # the stop closed the prompt and settled the turn
-    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    await reply(app, sid, request)
     assert w.written == []  # the tool never ran
     assert names.PERMISSION_LATE in kinds(sink, request.id)
     assert not kept(app, sid)
@@ -204,7 +219,7 @@ async def test_a_confirmation_adk_cannot_read_is_said_and_loses_nothing(
     assert "\n" not in str(told.value)  # one line
     assert rt.session(sid).live is waiting  # still waiting, its prompt open
     assert len(await history(runner, sid)) == before  # no run started: nothing recorded
-    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    await reply(app, sid, request)
     assert w.written == ["a"]
     assert check_invariants(list(sink)) == []
 
@@ -219,7 +234,7 @@ async def test_another_message_while_it_waits_abandons_the_confirmation(
     await consume(app.run_async(user_id="u", session_id=sid, new_message=HI))
     assert waited.settled.done()
     assert waited.stopping
-    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    await reply(app, sid, request)
     assert w.written == []
     assert names.PERMISSION_LATE in kinds(sink, request.id)
     assert check_invariants(list(sink)) == []
@@ -231,18 +246,18 @@ async def test_a_stop_while_the_confirmed_write_runs_awaits_it_whole(
     w = Writes()
     runner, app, sid, request = await ask_to_write(rt, w)
     w.release.clear()
-    run = asyncio.ensure_future(
-        consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
-    )
-    while not w.started:
-        await asyncio.sleep(0.005)
+    run = asyncio.ensure_future(reply(app, sid, request))
+    await until(lambda: w.started, what="the confirmed write")
+    live = rt.session(sid).live
+    assert live is not None
     stop = asyncio.ensure_future(rt.abort(sid))
-    await asyncio.sleep(0.1)
-    assert not stop.done()  # a mutating call is awaited
-    w.release.set()
+    await until(lambda: live.stopping, what="the stop")
+    w.release.set()  # the write ends only once the stop is under way
     assert await stop is Receipt.ACCEPTED
     await asyncio.wait_for(run, 10)
     assert w.written == ["a"]
+    # Awaited to its end, after the stop: its real result, not an abandoned call's.
+    assert outcome(sink, request.id) == "completed_after_stop"
     assert responses(await history(runner, sid), "w1")[-1] == {"result": "written"}
     assert check_invariants(list(sink)) == []
 
@@ -264,7 +279,7 @@ async def test_a_stop_while_the_run_that_asks_is_read_closes_the_prompt(
     assert rt.session(sid).live is None
     assert names.PERMISSION_CANCELLED in kinds(sink, request.id)
     assert not kept(app, sid)  # nothing of the settled turn is kept for a run that never comes
-    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    await reply(app, sid, request)
     assert w.written == []
     assert names.PERMISSION_LATE in kinds(sink, request.id)
     assert check_invariants(list(sink)) == []
@@ -351,16 +366,16 @@ async def test_a_confirmed_call_the_stop_released_before_adk_ran_it_is_not_run(
         consume(app.run_async(user_id="u", session_id=sid, new_message=answer))
     )
     await asyncio.wait_for(held.wait(), 10)
-    while not w.started:
-        await asyncio.sleep(0.005)
+    await until(lambda: w.started, what="the confirmed write")
     stop = asyncio.ensure_future(rt.abort(sid))
     live = rt.session(sid).live
     assert live is not None
     noted = next(r.id for r in requests if r.args and r.args["originalFunctionCall"]["id"] == "n1")
-    while not live.calls[str(noted)].phase.terminal:
-        await asyncio.sleep(0.005)
+    assert noted is not None
+    await until(lambda: live.calls[noted].phase.terminal, what="the stop to release the note")
     go.set()  # ADK goes on to the note, released already
-    await asyncio.sleep(0.2)
+    # ADK's run of the note is over once its slot is: answered while the write held the turn.
+    await until(lambda: (sid, noted) not in app.dispatch.slots, what="ADK's run of the note")
     w.release.set()
     assert await stop is Receipt.ACCEPTED
     await asyncio.wait_for(run, 10)
@@ -463,7 +478,7 @@ async def test_a_tool_that_asks_itself_runs_again_once_confirmed(
     sid = await new_session(runner)
     (request,) = asked(await consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
     assert rt.session(sid).live is not None  # waits on the confirmation
-    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    await reply(app, sid, request)
     assert t.ran == [None, True]
     # Its first run (until it asked) under the model's id; the confirmed one under the request's.
     assert names.TOOL_FINISHED in kinds(sink, "p1")
@@ -483,7 +498,7 @@ async def test_a_tool_that_asks_itself_is_told_no_after_the_stop(
     sid = await new_session(runner)
     (request,) = asked(await consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
     await rt.abort(sid)
-    await consume(app.run_async(user_id="u", session_id=sid, new_message=confirm(request, True)))
+    await reply(app, sid, request)
     assert t.ran == [None, False]  # run again by ADK, told the user's "yes" came too late
     assert names.PERMISSION_LATE in kinds(sink, request.id)
     assert responses(await history(runner, sid), "p1")[-1] == {"result": "not paid"}

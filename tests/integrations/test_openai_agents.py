@@ -206,11 +206,9 @@ async def test_the_sdk_s_own_cancel_is_the_same_stop(
 # --- approvals ---
 
 
-async def test_an_approval_given_after_the_stop_is_refused_and_recorded_late(
-    runtime: Runtime, sink: MemorySink, tmp_path: Path
-) -> None:
-    target = tmp_path / "f"
-    ran: list[str] = []
+def approval_agent(target: Path, ran: list[str]) -> Agent[Any]:
+    """An agent whose model asks once to write ``target`` (call ``w1``), with a write that needs
+    the user's approval; each path it wrote goes to ``ran``."""
 
     @function_tool(needs_approval=True)
     def write(path: str) -> str:
@@ -219,7 +217,15 @@ async def test_an_approval_given_after_the_stop_is_refused_and_recorded_late(
         Path(path).write_text("x")
         return "written"
 
-    agent = Agent(name="a", model=scripted(("write", {"path": str(target)}, "w1")), tools=[write])
+    return Agent(name="a", model=scripted(("write", {"path": str(target)}, "w1")), tools=[write])
+
+
+async def test_an_approval_given_after_the_stop_is_refused_and_recorded_late(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    target = tmp_path / "f"
+    ran: list[str] = []
+    agent = approval_agent(target, ran)
     runner = StoppableRunner(agent, runtime)
     result = await runner.run("go", session="s")
     (item,) = result.interruptions
@@ -238,14 +244,7 @@ async def test_an_approval_before_any_stop_runs_the_call(
     runtime: Runtime, sink: MemorySink, tmp_path: Path
 ) -> None:
     target = tmp_path / "f"
-
-    @function_tool(needs_approval=True)
-    def write(path: str) -> str:
-        """Write a file."""
-        Path(path).write_text("x")
-        return "written"
-
-    agent = Agent(name="a", model=scripted(("write", {"path": str(target)}, "w1")), tools=[write])
+    agent = approval_agent(target, [])
     runner = StoppableRunner(agent, runtime)
     result = await runner.run("go", session="s")
     state = result.to_state()

@@ -74,12 +74,24 @@ def kinds(sink: MemorySink, call: str) -> list[str]:
     return [e.kind for e in sink if e.call == call]
 
 
+async def asked(rt: Runtime) -> tuple[Payment, StoppableAgent[Any, Any], Any]:
+    """The payment agent, wrapped, run until its tool asked: the agent, the wrapper, the run."""
+    p = Payment()
+    wrapped = StoppableAgent(p.agent, rt)
+    return p, wrapped, await wrapped.run("pay", session="s")
+
+
+def kept_nothing(wrapped: StoppableAgent[Any, Any], sink: MemorySink) -> None:
+    """The turn is over, and nothing of it is kept; the ledger's story holds."""
+    assert not wrapped.dispatch.slots
+    assert not wrapped.dispatch.renamed
+    assert check_invariants(list(sink)) == []
+
+
 async def test_its_first_run_asked_and_the_approved_run_is_the_prompts(
     rt: Runtime, sink: MemorySink
 ) -> None:
-    p = Payment()
-    wrapped = StoppableAgent(p.agent, rt)
-    first = await wrapped.run("pay", session="s")
+    p, wrapped, first = await asked(rt)
     assert isinstance(first.output, DeferredToolRequests)
     assert rt.sessions["s"].processing  # it waits on the approval
     # Its first run ended asking its user: completed, not failed.
@@ -99,17 +111,13 @@ async def test_its_first_run_asked_and_the_approved_run_is_the_prompts(
         names.TOOL_FINISHED,
     ]
     assert not rt.sessions["s"].processing
-    assert not wrapped.dispatch.slots  # nothing kept of the turn
-    assert not wrapped.dispatch.renamed
-    assert check_invariants(list(sink)) == []
+    kept_nothing(wrapped, sink)
 
 
 async def test_an_approval_after_the_stop_never_runs_it_again(
     rt: Runtime, sink: MemorySink
 ) -> None:
-    p = Payment()
-    wrapped = StoppableAgent(p.agent, rt)
-    first = await wrapped.run("pay", session="s")
+    p, wrapped, first = await asked(rt)
     assert await rt.abort("s") is Receipt.ACCEPTED
     assert not rt.sessions["s"].processing
     second = await answer(wrapped, first, True)  # the prompt was still on screen
@@ -117,25 +125,19 @@ async def test_an_approval_after_the_stop_never_runs_it_again(
     assert p.ran == [False]  # never run again: nothing paid
     assert p.told == [STOPPED]
     assert any(e.kind == names.PERMISSION_LATE for e in sink)
-    assert not wrapped.dispatch.slots  # nothing kept of the turn
-    assert not wrapped.dispatch.renamed
-    assert check_invariants(list(sink)) == []
+    kept_nothing(wrapped, sink)
 
 
 async def test_a_denial_is_told_to_the_model_and_never_runs_it(
     rt: Runtime, sink: MemorySink
 ) -> None:
-    p = Payment()
-    wrapped = StoppableAgent(p.agent, rt)
-    first = await wrapped.run("pay", session="s")
+    p, wrapped, first = await asked(rt)
     second = await answer(wrapped, first, False)
     assert second.output == "ok"
     assert p.ran == [False]
     assert any(e.kind == names.PERMISSION_DENIED for e in sink)
     assert not rt.sessions["s"].processing
-    assert not wrapped.dispatch.slots  # nothing kept of the turn
-    assert not wrapped.dispatch.renamed
-    assert check_invariants(list(sink)) == []
+    kept_nothing(wrapped, sink)
 
 
 async def test_a_tool_that_defers_itself_is_not_recorded_failed(

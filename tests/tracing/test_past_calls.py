@@ -5,7 +5,6 @@ runs the tool)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ async def asked_then_stopped(path: Path, *, stop: bool = True) -> str:
     rt = Runtime(LocalHost(), grace_s=GRACE, sink=ledger)
     turn = rt.start_turn("s")
     call = turn.request("Write", {"path": "/nonexistent/x", "content": "x"}, ask_permission=True)
-    await asyncio.sleep(0)
     if stop:
         await rt.abort("s")
     ledger.close()
