@@ -284,13 +284,10 @@ class StoppableRunner:
         """The run's turn, and the message ADK is given: one that answers the confirmations a
         turn waits on goes on in it (one the stop came before, a rejection); any other, while
         they wait, abandons them (their turn stopped) and starts a new turn."""
-        waiting = self._awaiting.pop(session, None)
-        try:
-            message, answered = confirmations.answer(self.runtime, self.dispatch, session, message)
-        except ValueError:
-            if waiting is not None:  # a malformed answer: it still waits for a readable one
-                self._awaiting[session] = waiting
-            raise
+        waiting = self._awaiting.get(session)
+        # A malformed answer raises here: the turn still waits for a readable one.
+        message, answered = confirmations.answer(self.runtime, self.dispatch, session, message)
+        self._awaiting.pop(session, None)
         if waiting is not None and answered and not waiting.stopping and not waiting.settled.done():
             return waiting, message
         if waiting is not None and not waiting.settled.done():
