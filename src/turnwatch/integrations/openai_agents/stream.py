@@ -30,14 +30,19 @@ class StoppableStream:
     ``cancel("immediate")`` (the default) runs the stop's walk at once; ``cancel("after_turn")``
     lets the SDK finish its model turn's calls, and the run's end is then the stop. A cancel of
     the task consuming the events, or a consumer that stops iterating (``break``), is a stop too
-    (source ``cancel``, bounded by the grace window).
+    (source ``cancel``, bounded by the grace window). The SDK runs the run to its end in a task
+    of its own whether its events are read or not: the turn ends when that task does, read or
+    not (a run nobody reads would otherwise keep its session "processing").
     Every other attribute is the SDK result's.
     """
 
     def __init__(self, runner: StoppableRunner, turn: Turn, result: RunResultStreaming) -> None:
         self.runner, self.turn, self.result = runner, turn, result
         self._stop: asyncio.Task[Any] | None = None
+        self._end: asyncio.Task[bool] | None = None
         turn.on_stop.append(self._cancel_sdk)
+        if result.run_loop_task is not None:
+            result.run_loop_task.add_done_callback(lambda _task: self._ended())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.result, name)
@@ -73,16 +78,32 @@ class StoppableStream:
         except BaseException:
             await turn.finish(TurnOutcome.FAILED)
             raise
-        finally:
-            with contextlib.suppress(ValueError):
-                turn.on_stop.remove(self._cancel_sdk)
-        cancelled = getattr(self.result, "_cancel_mode", "none") != "none"  # the SDK's cancel()
-        if turn.stopping or cancelled:
+        if await self._ended():
+            raise RunStopped(f"the run of session {turn.session.id} was stopped")
+
+    def _ended(self) -> asyncio.Task[bool]:
+        """The turn's end, taken once: when the SDK's run task ends (read or not), or when
+        its events are all read, whichever is first. Its result: whether the run was stopped."""
+        if self._end is None:
+            self._end = asyncio.ensure_future(self._settle())
+        return self._end
+
+    async def _settle(self) -> bool:
+        turn, rt, result = self.turn, self.runner.runtime, self.result
+        with contextlib.suppress(ValueError):
+            turn.on_stop.remove(self._cancel_sdk)
+        task = result.run_loop_task
+        cancelled = result._cancel_mode != "none"  # noqa: SLF001 - the SDK's own cancel()
+        if turn.stopping or cancelled or (task is not None and task.cancelled()):
             if not turn.stopping:  # the SDK's own cancel: the same walk
                 await rt.abort(turn.session.id, source=StopSource.FRAMEWORK, turn=turn.id)
             await turn.finish()
-            raise RunStopped(f"the run of session {turn.session.id} was stopped")
-        if self.result.interruptions:
-            self.runner.ask(turn, self.result.interruptions)
-            return
-        await turn.finish()
+            return True
+        raised = task is not None and task.done() and task.exception() is not None
+        if raised or result._stored_exception is not None:  # noqa: SLF001 - the SDK keeps it there
+            await turn.finish(TurnOutcome.FAILED)
+        elif result.interruptions:
+            self.runner.ask(turn, result.interruptions)
+        else:
+            await turn.finish()
+        return False
