@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, function_tool
+from agents import Agent, MaxTurnsExceeded, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from tests.integrations.test_openai_agents import approval_agent, consume, scripted
@@ -65,6 +65,23 @@ async def test_an_unread_run_that_raises_settles_its_turn_failed(
     assert settled(sink) == ["failed"]
 
 
+@pytest.mark.parametrize("read", [True, False], ids=["read", "unread"])
+async def test_a_run_past_its_max_turns_is_failed_read_or_not(
+    runtime: Runtime, sink: MemorySink, read: bool
+) -> None:
+    seen: list[str] = []
+    runner = StoppableRunner(read_agent(seen), runtime, classes={"read": "read_only"})
+    stream = runner.run_streamed("go", session="s", max_turns=1)  # it needs two
+    if read:
+        with pytest.raises(MaxTurnsExceeded):
+            await consume(stream)
+    await wait_settled(sink)
+    assert settled(sink) == ["failed"]  # unread, the SDK just ended the run: it was "completed"
+    with pytest.raises(MaxTurnsExceeded):
+        await consume(stream)  # what its reader is told, whenever it reads
+    assert settled(sink) == ["failed"]
+
+
 async def test_an_unread_run_that_asks_keeps_its_turn_waiting(
     runtime: Runtime, sink: MemorySink, tmp_path: Path
 ) -> None:
@@ -115,3 +132,15 @@ async def test_an_unread_run_stopped_by_the_runtime_is_stopped_when_read(
         await consume(stream)
     assert settled(sink) == ["aborted"]
     no_violations(sink)
+
+
+async def test_a_run_whose_handler_takes_its_max_turns_is_completed_unread(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    runner = StoppableRunner(read_agent([]), runtime, classes={"read": "read_only"})
+    handlers: Any = {"max_turns": lambda _data: "out of turns"}
+    stream = runner.run_streamed("go", session="s", max_turns=1, error_handlers=handlers)
+    await wait_settled(sink)
+    assert settled(sink) == ["completed"]
+    await consume(stream)
+    assert stream.final_output == "out of turns"

@@ -99,11 +99,23 @@ class StoppableStream:
                 await rt.abort(turn.session.id, source=StopSource.FRAMEWORK, turn=turn.id)
             await turn.finish()
             return True
-        raised = task is not None and task.done() and task.exception() is not None
-        if raised or result._stored_exception is not None:  # noqa: SLF001 - the SDK keeps it there
+        if _raised(result):
             await turn.finish(TurnOutcome.FAILED)
         elif result.interruptions:
             self.runner.ask(turn, result.interruptions)
         else:
             await turn.finish()
         return False
+
+
+def _raised(result: RunResultStreaming) -> bool:
+    """Whether the run ended in an error its reader is (or would be) raised: its task's, one
+    the SDK stored, or ``max_turns`` overrun (the SDK finds that only as the events are read;
+    unread, the run just ends) and no error handler of the run's took it."""
+    task = result.run_loop_task
+    if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
+        return True
+    if result._stored_exception is not None:  # noqa: SLF001 - the SDK keeps it there
+        return True
+    handled = getattr(result, "_max_turns_handled", False)
+    return result.max_turns is not None and result.current_turn > result.max_turns and not handled
