@@ -2,8 +2,8 @@
 
 The agent's process restarts (a deploy, a crash) between the Stop and the approval: its new
 runtime knows nothing of the prompt, and every wrapper handed the approval to its framework as
-"not a prompt of ours", which ran the tool. Given the ledger the process before wrote
-(``Runtime(past=LedgerCalls(path))``), the new runtime refuses it: the tool never runs.
+"not a prompt of ours", which ran the tool. Writing the ledger the process before wrote (its
+sink), the new runtime reads it and refuses the approval: the tool never runs.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from turnwatch.integrations.openai_agents import StoppableRunner as SdkRunner
 from turnwatch.integrations.pydantic_ai import STOPPED, StoppableAgent
 from turnwatch.runtime import FanOut, LocalHost, MemorySink, Receipt, Runtime
 from turnwatch.tracing import Ledger
-from turnwatch.tracing.past_calls import LedgerCalls
 
 
 class Process:
@@ -39,9 +38,8 @@ class Process:
     def __init__(self, path: Path) -> None:
         self.seen = MemorySink()
         self.ledger = Ledger(path)
-        self.rt = Runtime(
-            LocalHost(), grace_s=GRACE, sink=FanOut(self.seen, self.ledger), past=LedgerCalls(path)
-        )
+        # No past=: the ledger it writes is what it reads.
+        self.rt = Runtime(LocalHost(), grace_s=GRACE, sink=FanOut(self.seen, self.ledger))
 
     def end(self) -> None:
         self.ledger.close()

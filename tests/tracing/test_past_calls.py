@@ -11,9 +11,10 @@ import pytest
 
 from tests.conftest import GRACE
 from turnwatch import names
-from turnwatch.runtime import Answer, FanOut, LocalHost, MemorySink, Runtime
+from turnwatch.runtime import Answer, EventSink, FanOut, LocalHost, MemorySink, Runtime
 from turnwatch.tracing import Ledger
 from turnwatch.tracing.past_calls import LedgerCalls
+from turnwatch.tracing.pipeline import Telemetry
 
 
 async def asked_then_stopped(path: Path, *, stop: bool = True) -> str:
@@ -62,3 +63,56 @@ def test_a_ledger_that_cannot_be_read_proves_nothing(tmp_path: Path) -> None:
     junk.write_text("not a database")
     assert not LedgerCalls(junk).resolved("s", "c1")
     assert junk.read_text() == "not a database"  # nothing written
+
+
+@pytest.mark.parametrize("wiring", ["ledger", "telemetry", "fan-out"])
+async def test_a_runtime_that_writes_the_ledger_reads_it_unasked(
+    tmp_path: Path, wiring: str
+) -> None:
+    """The runtime's own ledger is what it remembers: no ``past=`` needed (without it, a runtime
+    embedded as the README shows ran the tool approved after its restart)."""
+    path = tmp_path / "ledger.sqlite3"
+    cid = await asked_then_stopped(path)
+    ledger = Ledger(path)
+    sinks: dict[str, EventSink] = {
+        "ledger": ledger,
+        "telemetry": Telemetry(ledger=ledger),
+        "fan-out": FanOut(MemorySink(), ledger),
+    }
+    sink = sinks[wiring]
+    after = Runtime(LocalHost(), grace_s=GRACE, sink=sink)
+    try:
+        assert after.answer_permission("s", cid, True) is Answer.LATE
+        with pytest.raises(LookupError):
+            after.answer_permission("s", "never-asked", True)
+    finally:
+        ledger.close()
+
+
+class Forgets:
+    """A ``past=`` that remembers nothing."""
+
+    def resolved(self, session: str, call: str) -> bool:
+        return False
+
+
+async def test_past_given_is_what_the_runtime_reads_not_its_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    cid = await asked_then_stopped(path)
+    ledger = Ledger(path)
+    try:
+        after = Runtime(LocalHost(), grace_s=GRACE, sink=ledger, past=Forgets())
+        with pytest.raises(LookupError):
+            after.answer_permission("s", cid, True)
+    finally:
+        ledger.close()
+
+
+async def test_a_sink_that_keeps_no_ledger_remembers_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    cid = await asked_then_stopped(path)
+    for sink in (MemorySink(), FanOut(MemorySink()), Telemetry(), None):
+        after = Runtime(LocalHost(), grace_s=GRACE, sink=sink)
+        assert after.past is None
+        with pytest.raises(LookupError):
+            after.answer_permission("s", cid, True)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from turnwatch import names
 
 if TYPE_CHECKING:
     import asyncio  # at run time only in wait_for: the triage commands never import asyncio
+
+    from turnwatch.runtime.model import PastCalls
 
 #: An event's attributes when it has none: shared, read-only.
 NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
@@ -173,6 +175,14 @@ class FanOut:
     def __init__(self, *sinks: EventSink) -> None:
         self.sinks = list(sinks)
 
+    def past_calls(self) -> PastCalls | None:
+        """What the first of its sinks that records (a ledger) remembers of past calls."""
+        for sink in self.sinks:
+            past = past_calls_of(sink)
+            if past is not None:
+                return past
+        return None
+
     def __call__(self, event: Event) -> None:
         errors: list[Exception] = []
         for sink in self.sinks:
@@ -182,3 +192,11 @@ class FanOut:
                 errors.append(exc)
         if errors:
             raise ExceptionGroup("event sinks failed", errors)
+
+
+def past_calls_of(sink: object) -> PastCalls | None:
+    """What ``sink`` remembers of the calls runtimes before this one made: a sink that records
+    them (a ledger, or a fan-out or pipeline holding one) says so with a ``past_calls()``."""
+    method = getattr(sink, "past_calls", None)
+    past = method() if callable(method) else None
+    return cast("PastCalls | None", past)

@@ -14,7 +14,7 @@ from turnwatch import names
 from turnwatch.runtime import procfs
 from turnwatch.runtime.calls import Call, CallEnv
 from turnwatch.runtime.clock import REAL, Clock
-from turnwatch.runtime.events import Event, EventSink, now_event
+from turnwatch.runtime.events import Event, EventSink, now_event, past_calls_of
 from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.model import (
     DEFAULT_GRACE_S,
@@ -55,7 +55,9 @@ class Runtime:
     recorded and nothing is built. ``clock`` measures the grace window (a test's ManualClock
     makes it instant). ``past`` is what runtimes before this one recorded (a ledger's,
     :class:`turnwatch.tracing.past_calls.LedgerCalls`): a prompt their stop closed is refused
-    to an answer sent after a restart.
+    to an answer sent after a restart. Not given, it is the sink's own record, when the sink
+    keeps one (a :class:`~turnwatch.tracing.Ledger`, or a ``Telemetry`` or :class:`FanOut`
+    holding one): the file this runtime writes is what the one before it wrote.
     """
 
     def __init__(
@@ -99,7 +101,7 @@ class Runtime:
         self.control = control  # the control socket's path, once one serves this runtime
         # What runtimes before this one recorded (a ledger): a prompt their stop closed stays
         # closed to an answer sent here after a restart.
-        self.past = past
+        self.past = past if past is not None else past_calls_of(sink)
         self.sessions: dict[str, Session] = {}
         self._pid = os.getpid()
         self._create_time = _own_create_time()

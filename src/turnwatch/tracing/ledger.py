@@ -45,6 +45,7 @@ from turnwatch.tracing.ledger_file import (
     read_events,
     write_batch,
 )
+from turnwatch.tracing.past_calls import BUSY_TIMEOUT_S_PAST, LedgerCalls
 from turnwatch.tracing.paths import default_path
 from turnwatch.tracing.stages import Reader, Stages
 from turnwatch.tracing.summary import Summary
@@ -186,6 +187,12 @@ class Ledger:
 
     def __call__(self, event: Event) -> None:
         self.append(event)
+
+    def past_calls(self) -> LedgerCalls:
+        """What this ledger's file remembers of past calls: a runtime given this ledger as its
+        sink reads it (``Runtime(past=)``), so an approval sent after a restart for a prompt
+        a stop closed before it is refused."""
+        return LedgerCalls(self.path, busy_timeout_s=min(self._busy_timeout_s, BUSY_TIMEOUT_S_PAST))
 
     def attach(self, stages: Stages) -> None:
         """Give the writer its readers (once, before the first event: a reader that missed

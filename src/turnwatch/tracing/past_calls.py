@@ -4,8 +4,8 @@ A runtime started after a restart (a deploy, a crash) knows nothing of the promp
 before it asked; the agent's UI may still show one, and the framework still holds its call. An
 approval sent then was "not a prompt of ours" to every wrapper, which handed it to the
 framework, which ran the tool, though the user had clicked Stop before the restart. Given the
-ledger (``Runtime(past=LedgerCalls(path))``), the runtime refuses it as late: the ledger says
-the stop resolved the call.
+ledger (its sink, :meth:`Ledger.past_calls`, or ``Runtime(past=LedgerCalls(path))``), the
+runtime refuses it as late: the ledger says the stop resolved the call.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import StepReader
 from turnwatch.tracing.ledger import Ledger
+from turnwatch.tracing.past_calls import LedgerCalls
 from turnwatch.tracing.stages import Reader, Stages
 
 
@@ -42,6 +43,10 @@ class Telemetry:
         self.stages = Stages(spans, observers)
         if ledger is not None:
             ledger.attach(self.stages)
+
+    def past_calls(self) -> LedgerCalls | None:
+        """What its ledger remembers of past calls (see :meth:`Ledger.past_calls`)."""
+        return self.ledger.past_calls() if self.ledger is not None else None
 
     def __call__(self, event: Event) -> None:
         if self.ledger is not None:
