@@ -47,8 +47,12 @@ process killed) would have them run again by LangGraph on a resume: before a wra
 from it, each is answered :data:`LEFT` ("not known": it may have run), unless an approval or a
 breakpoint (``interrupt_before``) accounts for the pause.
 
-Not yet wrapped: a subgraph's own ``ToolNode`` not built with :func:`tool_node` (its calls are
-not turnwatch calls).
+A ``ToolNode`` the application built (``ToolNode(tools)``, ``create_react_agent``'s), in the
+graph or any subgraph LangGraph can see (``get_subgraphs``), is wrapped in place when the
+:class:`StoppableGraph` is made (:func:`turnwatch.integrations.langgraph_nodes.adopt_tool_nodes`):
+left as it was, the stop found no call of it, reported the turn settled at once, and the native
+cancel left its tools' processes running and its calls unanswered. Tools run in a node of
+another kind are not seen.
 """
 
 from __future__ import annotations
@@ -69,16 +73,17 @@ from turnwatch.integrations import langgraph_approvals as approvals
 from turnwatch.integrations import langgraph_checkpoints as checkpoints
 from turnwatch.integrations import langgraph_stream as stream_read
 from turnwatch.integrations.langgraph_checkpoints import LEFT, stopped_words
-from turnwatch.integrations.langgraph_nodes import tool_node
+from turnwatch.integrations.langgraph_nodes import adopt_tool_nodes, tool_node
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
     RUN_TURN,
     ToolClassError,
+    declared_class,
     dispatcher,
     join_current_trace,
     stop_on_cancel,
 )
-from turnwatch.runtime.model import StopSource, TurnOutcome
+from turnwatch.runtime.model import StopSource, ToolClass, TurnOutcome
 from turnwatch.runtime.retention import MAX_TOMBSTONES
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.turn import Turn
@@ -99,10 +104,19 @@ MAX_STOPPED_WAITS = MAX_TOMBSTONES
 
 
 class StoppableGraph:
-    """A compiled LangGraph graph whose runs stop the ADR's way on ``runtime`` (its tools in a
-    :func:`tool_node`)."""
+    """A compiled LangGraph graph whose runs stop the ADR's way on ``runtime``: its tools in a
+    :func:`tool_node`, or in a ``ToolNode`` of its own (in the graph or a subgraph), whose calls
+    are made turnwatch calls in place (tools of no declared class: ``default_class``)."""
 
-    def __init__(self, graph: Any, runtime: Runtime) -> None:
+    def __init__(
+        self,
+        graph: Any,
+        runtime: Runtime,
+        *,
+        default_class: ToolClass | str = ToolClass.MUTATING,
+    ) -> None:
+        default = declared_class("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
+        adopt_tool_nodes(graph, runtime, default)
         self.graph, self.runtime = graph, runtime
         self.dispatch = dispatcher(runtime.host, "StoppableGraph")
         # Its subgraphs' updates are read only if it has any: streaming them costs every call

@@ -38,6 +38,9 @@ __all__ = ["TurnwatchMiddleware"]
 class TurnwatchMiddleware(AgentMiddleware):
     """The ADR's stop for ``create_agent``'s tool calls (see the module)."""
 
+    #: Its calls are turnwatch calls: a ``StoppableGraph`` leaves the agent's ``ToolNode`` be.
+    turnwatch_hook = True
+
     def __init__(
         self,
         runtime: Runtime,

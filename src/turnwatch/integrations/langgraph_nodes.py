@@ -5,6 +5,8 @@ the ``langgraph`` extra."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -20,14 +22,16 @@ from turnwatch.integrations.wrappers import (
     HOSTED_KEY,
     RUN_TURN,
     Dispatcher,
+    ToolClassError,
     declared_class,
     dispatcher,
     require_async_process,
 )
 from turnwatch.runtime.model import Outcome, ToolClass
 from turnwatch.runtime.runtime import Runtime
+from turnwatch.runtime.turn import Turn
 
-__all__ = ["Hook", "tool_node", "wrap_tool_node"]
+__all__ = ["Around", "Hook", "adopt_tool_nodes", "tool_node", "wrap_tool_node"]
 
 Execute = Callable[[ToolCallRequest], Awaitable[Any]]
 
@@ -35,8 +39,13 @@ Execute = Callable[[ToolCallRequest], Awaitable[Any]]
 class Hook:
     """The ``awrap_tool_call`` of a wrapped ``ToolNode``: each call a call of the run's turn."""
 
+    #: What :func:`adopt_tool_nodes` looks for in a node's hook (and ``TurnwatchMiddleware``
+    #: carries): its calls are turnwatch calls already.
+    turnwatch_hook = True
+
     def __init__(self, runtime: Runtime, tools: Sequence[BaseTool], default: ToolClass):
         self.classes: dict[str, ToolClass] = {}
+        self.hosted: set[str] = set()
         self.default = default
         self.dispatch: Dispatcher = dispatcher(runtime.host, "tool_node")
         for t in tools:  # every class checked before any tool is registered
@@ -47,11 +56,27 @@ class Hook:
     def learn(self, tool: BaseTool) -> None:
         """A tool, by its metadata: its class (a tool first seen at its call, one another
         middleware added, is classed then, before it runs) and whether it runs hosted."""
-        cls = self.classes.get(tool.name) or class_of(tool, self.default)
-        self.dispatch.add_tools([tool.name])
-        self.classes[tool.name] = self.dispatch.classes[tool.name] = cls
+        self.classes[tool.name] = self.classes.get(tool.name) or class_of(tool, self.default)
         if (tool.metadata or {}).get(HOSTED_KEY):
-            self.dispatch.hosted.add(tool.name)
+            self.hosted.add(tool.name)
+        self._register(self.dispatch, tool.name)
+
+    def _register(self, dispatch: Dispatcher, name: str) -> None:
+        dispatch.add_tools([name])
+        dispatch.classes[name] = self.classes[name]
+        if name in self.hosted:
+            dispatch.hosted.add(name)
+
+    def _dispatch(self, turn: Turn) -> Dispatcher:
+        """The dispatcher of the turn's host: the node's (a graph given to another runtime's
+        :class:`StoppableGraph` runs its calls on that runtime's host), its tools registered."""
+        host = turn.session.env.call.host
+        if host is self.dispatch.host:
+            return self.dispatch
+        dispatch = dispatcher(host, "tool_node")
+        for name in self.classes.keys() - dispatch.classes.keys():
+            self._register(dispatch, name)
+        return dispatch
 
     async def __call__(self, request: ToolCallRequest, execute: Execute) -> Any:
         turn = RUN_TURN.get()
@@ -61,15 +86,16 @@ class Hook:
         name, call_id = call["name"], call["id"] or ""
         cls = self.classes.get(name, self.default)
         key, args = (turn.session.id, call_id), call.get("args") or {}
-        ours = self.dispatch.renamed.pop(key, call_id)  # a paused call's resumption: its own id
-        value, error, result = await self.dispatch.run(
+        dispatch = self._dispatch(turn)
+        ours = dispatch.renamed.pop(key, call_id)  # a paused call's resumption: its own id
+        value, error, result = await dispatch.run(
             turn, name, cls, ours, args, execute, request, PAUSES
         )
         if isinstance(error, GraphBubbleUp):
             # The tool's own interrupt(): its call ended there, asking its user (not a
             # failure), and the graph's run pauses; its resumption is asked for then, as the
             # turn's permission (langgraph_approvals.resumptions).
-            self.dispatch.paused[key] = (name, args)
+            dispatch.paused[key] = (name, args)
             raise error
         if result.outcome in (Outcome.COMPLETED, Outcome.COMPLETED_AFTER_STOP) and value:
             return value  # its real result, after the stop too
@@ -114,6 +140,19 @@ def tool_node(
     return ToolNode(list(tools), awrap_tool_call=Hook(runtime, tools, default), **kwargs)
 
 
+class Around:
+    """A node's own ``awrap_tool_call``, run inside the turnwatch call (a retry in it stays one
+    call)."""
+
+    turnwatch_hook = True
+
+    def __init__(self, hook: Hook, inner: Callable[[ToolCallRequest, Execute], Awaitable[Any]]):
+        self.hook, self.inner = hook, inner
+
+    async def __call__(self, request: ToolCallRequest, execute: Execute) -> Any:
+        return await self.hook(request, lambda req: self.inner(req, execute))
+
+
 def wrap_tool_node(
     node: ToolNode, runtime: Runtime, *, default_class: ToolClass | str = ToolClass.MUTATING
 ) -> ToolNode:
@@ -122,15 +161,6 @@ def wrap_tool_node(
     node has (``awrap_tool_call``) runs inside the turnwatch call (a retry in it stays one
     call); its sync hook (``wrap_tool_call``) is kept for the sync path."""
     default = declared_class("default_class", {CLASS_KEY: default_class}, ToolClass.MUTATING)
-    tools = list(node.tools_by_name.values())
-    hook = Hook(runtime, tools, default)
-    inner = getattr(node, "_awrap_tool_call", None)
-
-    async def outer(request: ToolCallRequest, execute: Execute) -> Any:
-        if inner is None:
-            return await hook(request, execute)
-        return await hook(request, lambda req: inner(req, execute))
-
     # The node's settings, as its constructor stored them (ToolNode has no accessor for them).
     kept = {
         key: getattr(node, f"_{key}")
@@ -138,4 +168,70 @@ def wrap_tool_node(
         if hasattr(node, f"_{key}")
     }
     tags = list(node.tags) if node.tags is not None else None
-    return ToolNode(tools, name=node.name or "tools", tags=tags, awrap_tool_call=outer, **kept)
+    tools = list(node.tools_by_name.values())
+    hook = _hook(node, Hook(runtime, tools, default))
+    return ToolNode(tools, name=node.name or "tools", tags=tags, awrap_tool_call=hook, **kept)
+
+
+def adopt_tool_nodes(graph: Any, runtime: Runtime, default: ToolClass) -> int:
+    """Every ``ToolNode`` of ``graph`` and of its subgraphs whose calls are not turnwatch calls
+    (built as LangGraph builds one: ``ToolNode(tools)``, ``create_react_agent``'s), made so in
+    place, as :func:`wrap_tool_node` makes a copy: how many. Outside a turn the node still runs
+    LangGraph's way. Every node is checked before any is changed: a tool of no known class, or
+    a node whose only hook is sync (``wrap_tool_call``, which a turn's async run never calls),
+    is a :class:`ToolClassError` and leaves the graph as it was."""
+    graphs = [graph, *(sub for _ns, sub in getattr(graph, "get_subgraphs", _none)(recurse=True))]
+    found: dict[int, tuple[ToolNode, Hook]] = {}
+    for g in graphs:
+        for name, pregel_node in getattr(g, "nodes", {}).items():
+            node = getattr(pregel_node, "bound", None)
+            if not isinstance(node, ToolNode) or id(node) in found:
+                continue
+            if _reaches_hook(getattr(node, "_awrap_tool_call", None)):
+                continue  # tool_node's, wrap_tool_node's, create_agent's with the middleware
+            if getattr(node, "_awrap_tool_call", None) is None and node._wrap_tool_call:  # noqa: SLF001
+                raise ToolClassError(
+                    f"ToolNode {name!r}: its only hook is a sync wrap_tool_call, which a "
+                    "StoppableGraph's async run never calls: give it an awrap_tool_call, or "
+                    "build it with tool_node()"
+                )
+            found[id(node)] = node, Hook(runtime, list(node.tools_by_name.values()), default)
+    for node, hook in found.values():
+        node._awrap_tool_call = _hook(node, hook)  # noqa: SLF001 - read at each call
+    return len(found)
+
+
+def _hook(node: ToolNode, hook: Hook) -> Hook | Around:
+    """``hook`` around the node's own ``awrap_tool_call``, if it has one."""
+    inner = getattr(node, "_awrap_tool_call", None)
+    return hook if inner is None else Around(hook, inner)
+
+
+def _reaches_hook(fn: object, budget: int = 256) -> bool:
+    """Whether the hook ``fn`` calls a turnwatch hook: it is one, or holds one among what it
+    holds (LangGraph and langchain compose a node's hooks in closures: ``create_agent`` its
+    middlewares', each behind a tracing wrapper), searched breadth first through closures,
+    ``__wrapped__``, a bound method's ``__self__``, a partial's ``func`` and the sequences among
+    them, at most ``budget`` objects."""
+    todo: collections.deque[object] = collections.deque([fn])
+    seen: set[int] = set()
+    while todo and len(seen) < budget:
+        obj = todo.popleft()
+        if obj is None or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if getattr(type(obj), "turnwatch_hook", False):  # the type's: no property of it runs
+            return True
+        if isinstance(obj, (list, tuple)):
+            todo.extend(obj)
+            continue
+        for attr in ("__wrapped__", "__self__", "func"):
+            todo.append(getattr(obj, attr, None))
+        for cell in getattr(obj, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # a cell not yet filled
+                todo.append(cell.cell_contents)
+    return False
+
+
+def _none(**_kw: Any) -> list[tuple[str, Any]]:
+    return []
