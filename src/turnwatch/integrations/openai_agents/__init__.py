@@ -29,7 +29,10 @@ The SDK's gaps, and what the wrapper does about each:
   stays live until the run is resumed. An approval given after a stop (``RunState.approve``,
   whoever calls it) is refused when the run resumes: the call is rejected, and the ledger
   records ``permission.late``.
-- Hosted tools (web search, file search, code interpreter) and MCP servers' tools run where
+- An MCP server's tools (``Agent(mcp_servers=[...])``, which the SDK builds as each model turn
+  begins) are wrapped as they come: ``extension`` calls (unless ``classes=`` says otherwise),
+  awaited at a stop until the server replied.
+- Hosted tools (web search, file search, code interpreter) run on the provider's side, where
   turnwatch cannot reach them: observed, not enforced (the README's table).
 - The SDK traces a run its own way (not OpenTelemetry): turnwatch's spans of the run (the stop,
   ``execute_tool`` per call) take the SDK trace's id, and :class:`FunctionSpans` (a trace

@@ -87,10 +87,17 @@ class StoppableRunner:
         # id → (the agent, kept so its id is never another's, and its clone). Bounded by that
         # graph: an agent a handoff returns at run time is wrapped for that handoff alone.
         self._wrapped: dict[int, _Pair] = {}
+        self._mcp = False  # whether an agent it wraps has MCP servers (their tools come later)
         self.agent = self._wrap(agent, self._wrapped)
         unknown = set(self._given) - set(self.classes)
-        if unknown:
+        if unknown and not self._mcp:
             raise ToolClassError(f"classes= names tools the agent does not have: {sorted(unknown)}")
+        for name in sorted(unknown):  # an MCP server's, perhaps: its class checked now
+            if (
+                declared_class(name, {CLASS_KEY: self._given[name]}, self._default)
+                is ToolClass.PROCESS
+            ):
+                raise ToolClassError(f"tool {name!r}: an MCP server's tool runs no process of ours")
         self._awaiting: dict[str, Turn] = {}  # sessions whose turn waits for approvals
         FunctionSpans.install()
 
@@ -113,7 +120,31 @@ class StoppableRunner:
             tools.append(tool)
         clone.tools = tools
         clone.handoffs = [self._wrap_handoff(h, memo) for h in agent.handoffs]
+        if agent.mcp_servers:
+            self._mcp = True
+            self._wrap_mcp(clone)
         return clone
+
+    def _wrap_mcp(self, clone: Agent[Any]) -> None:
+        """The SDK builds an MCP server's tools as each model turn begins (``get_mcp_tools``),
+        never in ``agent.tools``: each is wrapped as it comes, an ``extension`` call (awaited at
+        a stop, as the ADR classes MCP calls) unless ``classes=`` says otherwise. Unwrapped, a
+        stop settled the turn while the server still ran the call."""
+        built = clone.get_mcp_tools  # the SDK's own, bound to the clone
+
+        async def get_mcp_tools(run_context: Any) -> list[Any]:
+            return [self._mcp_tool(tool) for tool in await built(run_context)]
+
+        clone.get_mcp_tools = get_mcp_tools  # type: ignore[method-assign]
+
+    def _mcp_tool(self, tool: Any) -> Any:
+        if not isinstance(tool, FunctionTool):
+            return tool
+        if tool.name not in self.classes:
+            given = self._given.get(tool.name, ToolClass.EXTENSION)
+            self.classes[tool.name] = declared_class(tool.name, {CLASS_KEY: given}, self._default)
+            self.dispatch.add_tools([tool.name])
+        return dataclasses.replace(tool, on_invoke_tool=self._invoker(tool))
 
     def _classify(self, tool: FunctionTool) -> None:
         declared = self._given.get(tool.name, getattr(tool, CLASS_KEY, None))
