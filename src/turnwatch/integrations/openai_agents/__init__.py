@@ -33,14 +33,22 @@ The SDK's gaps, and what the wrapper does about each:
   begins) are wrapped as they come: ``extension`` calls (unless ``classes=`` says otherwise),
   awaited at a stop until the server replied.
 - Hosted tools (web search, file search, code interpreter) run on the provider's side, where
-  turnwatch cannot reach them: observed, not enforced (the README's table).
+  turnwatch cannot reach them: observed, not enforced (the README's table). The SDK's local
+  tools of other kinds (a shell tool with an executor, apply-patch, computer, custom tools)
+  run here but outside any turnwatch call: :class:`UnwrappedToolWarning` names them when the
+  runner is made.
 - The SDK traces a run its own way (not OpenTelemetry): turnwatch's spans of the run (the stop,
   ``execute_tool`` per call) take the SDK trace's id, and :class:`FunctionSpans` (a trace
   processor the wrapper adds once) turns the SDK's function spans into OpenTelemetry spans of
   that trace, so one trace shows the run's tool calls as the SDK saw them and as the stop did.
 """
 
-from turnwatch.integrations.openai_agents.runner import StoppableRunner, tool_class, typed_invoker
+from turnwatch.integrations.openai_agents.runner import (
+    StoppableRunner,
+    UnwrappedToolWarning,
+    tool_class,
+    typed_invoker,
+)
 from turnwatch.integrations.openai_agents.spans import FunctionSpans
 from turnwatch.integrations.openai_agents.stream import RunStopped, StoppableStream
 from turnwatch.integrations.wrappers import (
@@ -62,6 +70,7 @@ __all__ = [
     "StoppableRunner",
     "StoppableStream",
     "ToolClassError",
+    "UnwrappedToolWarning",
     "run_command",
     "tool_class",
     "typed_invoker",

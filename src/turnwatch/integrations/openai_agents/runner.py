@@ -8,11 +8,24 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-from agents import Agent, FunctionTool, Handoff, Runner, RunState, ToolApprovalItem
+from agents import (
+    Agent,
+    ApplyPatchTool,
+    ComputerTool,
+    CustomTool,
+    FunctionTool,
+    Handoff,
+    LocalShellTool,
+    Runner,
+    RunState,
+    ShellTool,
+    ToolApprovalItem,
+)
 from agents.result import RunResultStreaming
 from agents.tool_context import ToolContext
 
@@ -35,7 +48,17 @@ from turnwatch.runtime.model import Outcome, ToolClass, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.turn import Turn
 
-__all__ = ["StoppableRunner", "tool_class", "typed_invoker"]
+__all__ = ["StoppableRunner", "UnwrappedToolWarning", "tool_class", "typed_invoker"]
+
+
+class UnwrappedToolWarning(UserWarning):
+    """An agent's tool runs in this process, but not as a function tool the wrapper can make a
+    turnwatch call of (the SDK's shell, apply-patch, computer and custom tools)."""
+
+
+#: The SDK's tools, other than function tools, that run in this process (a shell tool with an
+#: executor: a hosted one has none).
+_LOCAL = (ShellTool, LocalShellTool, ApplyPatchTool, ComputerTool, CustomTool)
 
 _Pair = tuple[Agent[Any], Agent[Any]]  # an agent, and its wrapped clone
 
@@ -88,7 +111,16 @@ class StoppableRunner:
         # graph: an agent a handoff returns at run time is wrapped for that handoff alone.
         self._wrapped: dict[int, _Pair] = {}
         self._mcp = False  # whether an agent it wraps has MCP servers (their tools come later)
+        self._unreached: dict[str, str] = {}  # local tools of other kinds: name → kind
         self.agent = self._wrap(agent, self._wrapped)
+        if self._unreached:
+            said = ", ".join(f"{n!r} ({k})" for n, k in sorted(self._unreached.items()))
+            warnings.warn(
+                f"StoppableRunner: the calls of {said} run in this process outside any "
+                "turnwatch call: a stop neither waits for them nor ends them",
+                UnwrappedToolWarning,
+                stacklevel=2,
+            )
         unknown = set(self._given) - set(self.classes)
         if unknown and not self._mcp:
             raise ToolClassError(f"classes= names tools the agent does not have: {sorted(unknown)}")
@@ -112,6 +144,8 @@ class StoppableRunner:
         memo[id(agent)] = (agent, clone)  # before the handoffs: a cycle ends here
         tools: list[Any] = []
         for tool in agent.tools:
+            if isinstance(tool, _LOCAL) and getattr(tool, "executor", True) is not None:
+                self._unreached[tool.name] = type(tool).__name__  # (a hosted shell: no executor)
             if isinstance(tool, FunctionTool):
                 self._classify(tool)  # the original: tool_class() marked it, not its copy
                 inner = agent_of(tool)  # an agent used as_tool: its tools are wrapped too
