@@ -43,3 +43,17 @@ def agent_graph(
     g.add_conditional_edges("agent", lambda s: "tools" if s["messages"][-1].tool_calls else END)
     g.add_edge("tools", "agent")
     return g.compile(checkpointer=checkpointer)
+
+
+def parent_of(sub: Any, checkpointer: Any, *, called: bool = False) -> Any:
+    """A graph whose one node is the subgraph ``sub``, or (``called``) a function that runs it:
+    LangGraph sees the subgraph either way."""
+
+    async def runs_it(state: MessagesState) -> Any:
+        return await sub.ainvoke(state)
+
+    g = StateGraph(MessagesState)
+    g.add_node("sub", runs_it if called else sub)
+    g.add_edge(START, "sub")
+    g.add_edge("sub", END)
+    return g.compile(checkpointer=checkpointer)

@@ -25,7 +25,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from tests.conftest import until
-from tests.integrations.lg_graphs import Scripted, agent_graph
+from tests.integrations.lg_graphs import Scripted, agent_graph, parent_of
 from tests.integrations.procs import end_marked, marked_alive
 from turnwatch import names
 from turnwatch.integrations.langgraph import StoppableGraph, ToolClassError, tool_node
@@ -591,15 +591,7 @@ async def test_a_stop_reaches_a_subgraphs_tools_and_ends_the_run_there(
     step, before the subgraph's model is asked again; a resume reruns nothing."""
     t = Tools()
     sub = t.graph(tool_node(t.all, rt), None)
-
-    async def runs_it(state: MessagesState) -> Any:
-        return await sub.ainvoke(state)
-
-    g = StateGraph(MessagesState)
-    g.add_node("sub", sub if shape == "a node" else runs_it)
-    g.add_edge(START, "sub")
-    g.add_edge("sub", END)
-    app = StoppableGraph(g.compile(checkpointer=checkpointer), rt)
+    app = StoppableGraph(parent_of(sub, checkpointer, called=shape != "a node"), rt)
     cfg = {"configurable": {"thread_id": "sg"}}
     run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="sg"))
     await until(lambda: len(marked_alive("sg")) >= 3, what="the tree to start")

@@ -13,11 +13,10 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from tests.conftest import GRACE, until
-from tests.integrations.lg_graphs import Scripted
+from tests.integrations.lg_graphs import Scripted, agent_graph, parent_of
 from tests.integrations.procs import marked_alive
 from tests.integrations.test_langgraph import CALLS, Tools, unanswered
 from turnwatch import names
@@ -59,15 +58,7 @@ async def test_a_plain_tool_node_is_stopped_the_adrs_way(
         graph = t.graph(ToolNode(t.all), InMemorySaver())
     else:
         sub = t.graph(ToolNode(t.all), None)
-
-        async def runs_it(state: MessagesState) -> Any:
-            return await sub.ainvoke(state)
-
-        g = StateGraph(MessagesState)
-        g.add_node("sub", sub if where == "a subgraph" else runs_it)
-        g.add_edge(START, "sub")
-        g.add_edge("sub", END)
-        graph = g.compile(checkpointer=InMemorySaver())
+        graph = parent_of(sub, InMemorySaver(), called=where != "a subgraph")
     final = await stopped_mid_tools(rt, StoppableGraph(graph, rt), t, "s")
     assert unanswered(final["messages"]) == set()
     assert t.model_calls == 1  # the model was not asked again after the stop
@@ -133,8 +124,6 @@ async def test_a_plain_tool_node_outside_a_stoppable_graph_runs_as_langgraph_run
             ]
         )
     )
-    from tests.integrations.lg_graphs import agent_graph
-
     graph = agent_graph(ToolNode([add]), model)
     StoppableGraph(graph, rt)
     final = await graph.ainvoke({"messages": [("user", "go")]})
@@ -150,8 +139,6 @@ def test_a_plain_tool_node_with_a_tool_of_no_known_class_is_refused(rt: Runtime)
 
     odd.metadata = {"turnwatch_class": "teleport"}
     model = Scripted(messages=iter([]))
-    from tests.integrations.lg_graphs import agent_graph
-
     with pytest.raises(ToolClassError, match="teleport"):
         StoppableGraph(agent_graph(ToolNode([odd]), model), rt)
 
@@ -169,8 +156,6 @@ def test_a_plain_tool_node_with_only_a_sync_hook_is_refused(rt: Runtime) -> None
         return execute(request)
 
     model = Scripted(messages=iter([]))
-    from tests.integrations.lg_graphs import agent_graph
-
     with pytest.raises(ToolClassError, match="awrap_tool_call"):
         StoppableGraph(agent_graph(ToolNode([add], wrap_tool_call=audit), model), rt)
 
