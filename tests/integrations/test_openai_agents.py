@@ -16,7 +16,14 @@ from typing import Any
 
 import psutil
 import pytest
-from agents import Agent, Runner, ShellTool, WebSearchTool, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    LocalShellTool,
+    Runner,
+    WebSearchTool,
+    function_tool,
+    set_tracing_disabled,
+)
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from tests.conftest import release_when_read, until
@@ -359,13 +366,13 @@ def test_a_failed_sdk_function_span_is_an_error_and_keeps_no_input() -> None:
 
 
 def test_local_tools_the_wrapper_cannot_reach_are_named_when_it_is_made(runtime: Runtime) -> None:
-    """The SDK's shell and apply-patch tools run here, not as function tools: said, not
-    silently left to the SDK's own cancel."""
+    """The SDK's local shell and apply-patch tools run here, not as tools the wrapper makes
+    calls of: said, not silently left to the SDK's own cancel."""
 
     async def run(_request: Any) -> str:
         return ""
 
-    agent = Agent(name="a", model=scripted(), tools=[ShellTool(executor=run), WebSearchTool()])
-    with pytest.warns(UnwrappedToolWarning, match="'shell' \\(ShellTool\\)") as seen:
+    agent = Agent(name="a", model=scripted(), tools=[LocalShellTool(executor=run), WebSearchTool()])
+    with pytest.warns(UnwrappedToolWarning, match="'local_shell' \\(LocalShellTool\\)") as seen:
         StoppableRunner(agent, runtime)
     assert "web_search" not in str(seen[0].message)  # the provider's: nothing of it runs here

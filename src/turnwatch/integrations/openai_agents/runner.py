@@ -4,13 +4,12 @@ turnwatch call (the package's docstring says what it does about each of the SDK'
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import inspect
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from agents import (
@@ -31,6 +30,7 @@ from agents.tool_context import ToolContext
 
 from turnwatch.integrations.daemon_threads import DAEMONS
 from turnwatch.integrations.openai_agents.nesting import CALL_SCOPE, agent_of, nested_run
+from turnwatch.integrations.openai_agents.shell import shell_class, wrapped_shell
 from turnwatch.integrations.openai_agents.spans import FunctionSpans, traceparent
 from turnwatch.integrations.openai_agents.stream import StoppableStream
 from turnwatch.integrations.wrappers import (
@@ -52,13 +52,13 @@ __all__ = ["StoppableRunner", "UnwrappedToolWarning", "tool_class", "typed_invok
 
 
 class UnwrappedToolWarning(UserWarning):
-    """An agent's tool runs in this process, but not as a function tool the wrapper can make a
-    turnwatch call of (the SDK's shell, apply-patch, computer and custom tools)."""
+    """An agent's tool runs in this process, but not as a tool the wrapper can make a turnwatch
+    call of (the SDK's ``LocalShellTool``, apply-patch, computer and custom tools)."""
 
 
-#: The SDK's tools, other than function tools, that run in this process (a shell tool with an
-#: executor: a hosted one has none).
-_LOCAL = (ShellTool, LocalShellTool, ApplyPatchTool, ComputerTool, CustomTool)
+#: The SDK's tools, other than function tools and shell tools, that run in this process.
+_LOCAL = (LocalShellTool, ApplyPatchTool, ComputerTool, CustomTool)
+_T = TypeVar("_T", FunctionTool, ShellTool)
 
 _Pair = tuple[Agent[Any], Agent[Any]]  # an agent, and its wrapped clone
 
@@ -81,8 +81,9 @@ def typed_invoker(invoke: Any) -> Any:
     return typed
 
 
-def tool_class(tool: FunctionTool, cls: ToolClass | str) -> FunctionTool:
-    """Mark ``tool`` with its turnwatch class (the SDK's tools carry no metadata of their own)."""
+def tool_class(tool: _T, cls: ToolClass | str) -> _T:
+    """Mark ``tool`` (a function tool, or a ``ShellTool``) with its turnwatch class (the SDK's
+    tools carry no metadata of their own)."""
     setattr(tool, CLASS_KEY, declared_class(tool.name, {CLASS_KEY: cls}, ToolClass.MUTATING).value)
     return tool
 
@@ -144,10 +145,14 @@ class StoppableRunner:
         memo[id(agent)] = (agent, clone)  # before the handoffs: a cycle ends here
         tools: list[Any] = []
         for tool in agent.tools:
-            if isinstance(tool, _LOCAL) and getattr(tool, "executor", True) is not None:
+            if isinstance(tool, ShellTool) and tool.executor is not None:
+                self._classify(tool.name, shell_class(tool), tool.executor)
+                tool = wrapped_shell(tool, self._call)
+            elif isinstance(tool, _LOCAL) and getattr(tool, "executor", True) is not None:
                 self._unreached[tool.name] = type(tool).__name__  # (a hosted shell: no executor)
             if isinstance(tool, FunctionTool):
-                self._classify(tool)  # the original: tool_class() marked it, not its copy
+                # The original: tool_class() marked it, not its copy.
+                self._classify(tool.name, getattr(tool, CLASS_KEY, None), _function(tool))
                 inner = agent_of(tool)  # an agent used as_tool: its tools are wrapped too
                 nested = None if inner is None else (inner, self._wrap(inner, memo))
                 tool = dataclasses.replace(tool, on_invoke_tool=self._invoker(tool, nested))
@@ -180,17 +185,18 @@ class StoppableRunner:
             self.dispatch.add_tools([tool.name])
         return dataclasses.replace(tool, on_invoke_tool=self._invoker(tool))
 
-    def _classify(self, tool: FunctionTool) -> None:
-        declared = self._given.get(tool.name, getattr(tool, CLASS_KEY, None))
-        cls = declared_class(tool.name, {CLASS_KEY: declared}, self._default)
-        require_async_process(tool.name, cls, _function(tool), f"{__name__}.run_command")
-        if self.classes.get(tool.name, cls) is not cls:
+    def _classify(self, name: str, marked: ToolClass | str | None, fn: object) -> None:
+        """The class of tool ``name`` (``classes=``, else what the tool is ``marked``, else the
+        default); ``fn``: what runs its calls (a process tool's must be async)."""
+        cls = declared_class(name, {CLASS_KEY: self._given.get(name, marked)}, self._default)
+        require_async_process(name, cls, fn, f"{__name__}.run_command")
+        if self.classes.get(name, cls) is not cls:
             raise ToolClassError(
-                f"tool {tool.name!r}: two agents' tools of that name have different classes"
+                f"tool {name!r}: two agents' tools of that name have different classes"
             )
-        if tool.name not in self.classes:
-            self.classes[tool.name] = cls
-            self.dispatch.add_tools([tool.name])
+        if name not in self.classes:
+            self.classes[name] = cls
+            self.dispatch.add_tools([name])
 
     def _wrap_handoff(self, handoff: Any, memo: dict[int, _Pair]) -> Any:
         if isinstance(handoff, Agent):
@@ -260,12 +266,25 @@ class StoppableRunner:
         turn = RUN_TURN.get()
         if turn is None:  # the wrapped agent run some other way: the SDK's behaviour
             return await tool.on_invoke_tool(ctx, input_json)
-        key = (turn.session.id, CALL_SCOPE.get() + ctx.tool_call_id)
+
+        async def run() -> Any:
+            if nested is None:
+                return await tool.on_invoke_tool(ctx, input_json)
+            with nested_run(*nested, turn, CALL_SCOPE.get() + ctx.tool_call_id):
+                return await tool.on_invoke_tool(ctx, input_json)
+
+        return await self._call(turn, tool.name, ctx.tool_call_id, _args(input_json), run)
+
+    async def _call(
+        self, turn: Turn, name: str, call_id: str, args: dict[str, Any], run: Any
+    ) -> Any:
+        """``run()`` (the SDK's own execution of a call of ``name``) as a turnwatch call of
+        ``turn``: what the SDK is given back."""
+        key = (turn.session.id, CALL_SCOPE.get() + call_id)
 
         async def handler(_args: Any) -> Any:
             slot = self.dispatch.slots.get(key)  # the host's dispatcher runs it: a process call
-            with contextlib.nullcontext() if nested is None else nested_run(*nested, turn, key[1]):
-                value = await tool.on_invoke_tool(ctx, input_json)
+            value = await run()
             if slot is not None and slot.aborted is not None:
                 # The SDK turned run_command's CommandAbortedError into an error message for
                 # the model; the call was aborted, and its result is the ledger's.
@@ -273,7 +292,7 @@ class StoppableRunner:
             return value
 
         value, error, result = await self.dispatch.run(
-            turn, tool.name, self.classes[tool.name], key[1], _args(input_json), handler, None
+            turn, name, self.classes[name], key[1], args, handler, None
         )
         if result.outcome is Outcome.COMPLETED:
             return value

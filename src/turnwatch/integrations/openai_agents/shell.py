@@ -1,0 +1,71 @@
+"""The SDK's shell tool (``ShellTool`` with a local executor): each shell call a turnwatch call,
+and :func:`shell_executor`, an executor whose commands run contained.
+
+The SDK runs a shell call by handing the model's commands to the tool's executor, in this
+process, outside any function tool: unwrapped, a stop never saw it, and the SDK's cancel left
+the commands' processes running. Wrapped, the call is a turnwatch call of its tool's class:
+``process`` for :func:`shell_executor` (its commands in a cgroup or process group of the call,
+ended within the grace window at a stop), and for an executor of the application's own the
+class it is given (``tool_class`` or ``classes=``; ``process`` only for an async executor that
+starts its commands with ``run_command``), else the runner's default (``mutating``: awaited).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agents import ShellTool
+from agents.tool import ShellCallOutcome, ShellCommandOutput, ShellCommandRequest, ShellResult
+
+from turnwatch.integrations.wrappers import CLASS_KEY, RUN_TURN, run_command
+from turnwatch.runtime.model import ToolClass
+
+__all__ = ["shell_executor", "wrapped_shell"]
+
+#: How a runner runs one call of a tool as a turnwatch call of the run's turn:
+#: ``(turn, tool name, call id, arguments, what runs it)`` → what the SDK is given.
+RunCall = Callable[[Any, str, str, dict[str, Any], Callable[[], Awaitable[Any]]], Awaitable[Any]]
+
+
+async def shell_executor(request: ShellCommandRequest) -> ShellResult:
+    """Run the model's commands one after another, each with ``bash -c`` through
+    ``run_command``: contained, ended at a stop within the grace window. Each command's output
+    (stdout and stderr, in order) and exit code go back to the model."""
+    outputs = []
+    for command in request.data.action.commands:
+        done = await run_command(["bash", "-c", command])
+        outcome = ShellCallOutcome(type="exit", exit_code=done.exit_code)
+        outputs.append(ShellCommandOutput(stdout=done.output, outcome=outcome, command=command))
+    return ShellResult(output=outputs)
+
+
+def shell_class(tool: ShellTool) -> ToolClass | str | None:
+    """The class a shell tool says it is (``tool_class``), or ``process`` for one whose
+    executor is :func:`shell_executor`; None: the runner decides."""
+    declared: ToolClass | str | None = getattr(tool, CLASS_KEY, None)
+    if declared is None and tool.executor is shell_executor:
+        return ToolClass.PROCESS
+    return declared
+
+
+def wrapped_shell(tool: ShellTool, call: RunCall) -> ShellTool:
+    """``tool`` whose executor runs each shell call as a turnwatch call (``call``) of the run's
+    turn; outside a wrapped run, the executor as it was."""
+    executor = tool.executor
+    assert executor is not None  # a hosted shell tool (no executor) runs nothing here
+
+    async def run(request: ShellCommandRequest) -> Any:
+        done = executor(request)
+        return await done if inspect.isawaitable(done) else done
+
+    async def execute(request: ShellCommandRequest) -> Any:
+        turn = RUN_TURN.get()
+        if turn is None:
+            return await run(request)
+        args = {"commands": list(request.data.action.commands)}
+        return await call(turn, tool.name, request.data.call_id, args, lambda: run(request))
+
+    return dataclasses.replace(tool, executor=execute)
