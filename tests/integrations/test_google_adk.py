@@ -38,7 +38,7 @@ from tests.conftest import until
 from tests.integrations.procs import end_marked, marked_alive
 from turnwatch import names
 from turnwatch.integrations.google_adk import StoppableRunner, ToolClassError, TurnwatchPlugin
-from turnwatch.integrations.wrappers import run_command, run_command_sync
+from turnwatch.integrations.wrappers import UnwrappedToolWarning, run_command, run_command_sync
 from turnwatch.runtime import MemorySink, Receipt, Runtime
 from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.testing import check_invariants
@@ -544,3 +544,16 @@ async def test_a_wrapped_tools_error_reaches_adks_error_callbacks(
     ended = {str(e.call): e.attrs.get("outcome") for e in sink if e.kind == names.TOOL_FINISHED}
     assert ended == {"f1": "failed"}
     assert check_invariants(list(sink)) == []
+
+
+def test_an_agent_whose_code_runs_here_is_named_when_the_runner_is_made(rt: Runtime) -> None:
+    """ADK runs a local code executor's code outside any tool call: no stop reaches it. Said,
+    for the sub-agent that has one, not for the agents that do not."""
+    from google.adk.code_executors import UnsafeLocalCodeExecutor
+
+    coder = LlmAgent(name="coder", model=model(), code_executor=UnsafeLocalCodeExecutor())
+    root = LlmAgent(name="a", model=model(), sub_agents=[coder])
+    runner = InMemoryRunner(app=App(name="app", root_agent=root, plugins=[TurnwatchPlugin(rt)]))
+    with pytest.warns(UnwrappedToolWarning, match="'coder' \\(UnsafeLocalCodeExecutor\\)") as seen:
+        StoppableRunner(runner, rt)
+    assert "'a'" not in str(seen[0].message)

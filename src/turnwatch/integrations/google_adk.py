@@ -62,6 +62,7 @@ from turnwatch.integrations.wrappers import (
     join_current_trace,
     stop_on_cancel,
     stopped_words,
+    warn_unwrapped,
 )
 from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
@@ -206,6 +207,7 @@ class StoppableRunner:
             raise TypeError("StoppableRunner: give the runner a TurnwatchPlugin (plugins=[…])")
         self.plugin: TurnwatchPlugin = ours[0]
         self.runner, self.runtime = runner, runtime
+        warn_unwrapped("StoppableRunner: the code of", _local_code(getattr(runner, "agent", None)))
         self.dispatch = dispatcher(runtime.host, "StoppableRunner")
         #: Sessions whose turn waits on its user's confirmations: the run answering goes on.
         self._awaiting: dict[str, Turn] = {}
@@ -303,3 +305,26 @@ class StoppableRunner:
         await signal.wait()
         if not turn.stopping and not turn.settled.done():
             await self.runtime.abort(turn.session.id, source=StopSource.FRAMEWORK, turn=turn.id)
+
+
+#: ADK's code executors that run the model's code on this machine (a subprocess, a container),
+#: outside any tool call: no plugin callback sees it, so no stop reaches it.
+_LOCAL_EXECUTORS = frozenset({"UnsafeLocalCodeExecutor", "ContainerCodeExecutor"})
+
+
+def _local_code(root: Any) -> dict[str, str]:
+    """The agents of ``root``'s tree (itself and its sub-agents) whose code executor runs the
+    model's code here: name → the executor's kind."""
+    found: dict[str, str] = {}
+    todo, seen = [root], set()
+    while todo:
+        agent = todo.pop()
+        if agent is None or id(agent) in seen:
+            continue
+        seen.add(id(agent))
+        executor = getattr(agent, "code_executor", None)
+        kinds = {k.__name__ for k in type(executor).__mro__} & _LOCAL_EXECUTORS
+        if executor is not None and kinds:
+            found[str(getattr(agent, "name", "?"))] = f"{type(executor).__name__}"
+        todo.extend(getattr(agent, "sub_agents", None) or ())
+    return found

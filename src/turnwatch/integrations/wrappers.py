@@ -13,6 +13,7 @@ import contextvars
 import dataclasses
 import functools
 import inspect
+import warnings
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -53,6 +54,24 @@ HOSTED_KEY = "turnwatch_hosted"
 #: ledger records outcomes, not values (so no text of it is made, or kept with the call).
 _OK = HostResult(HostStatus.OK)
 _STARTED = Started()
+
+
+class UnwrappedToolWarning(UserWarning):
+    """Something of an agent runs in this process outside any turnwatch call: a tool the wrapper
+    cannot make a call of (the OpenAI Agents SDK's local shell, apply-patch, computer and custom
+    tools), or code an agent's code executor runs (ADK's local ones)."""
+
+
+def warn_unwrapped(who: str, unreached: Mapping[str, str]) -> None:
+    """Say what of the agent a stop will neither wait for nor end: ``unreached``, name → kind."""
+    if unreached:
+        said = ", ".join(f"{n!r} ({k})" for n, k in sorted(unreached.items()))
+        warnings.warn(
+            f"{who}: {said} run in this process outside any turnwatch call: a stop neither "
+            "waits for them nor ends them",
+            UnwrappedToolWarning,
+            stacklevel=3,
+        )
 
 
 class ToolClassError(TurnwatchError, ValueError):

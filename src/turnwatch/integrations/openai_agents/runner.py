@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import functools
 import inspect
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -39,9 +38,11 @@ from turnwatch.integrations.wrappers import (
     STOPPED,
     CommandAbortedError,
     ToolClassError,
+    UnwrappedToolWarning,
     declared_class,
     dispatcher,
     require_async_process,
+    warn_unwrapped,
 )
 from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.model import Outcome, ToolClass, TurnOutcome
@@ -49,11 +50,6 @@ from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.turn import Turn
 
 __all__ = ["StoppableRunner", "UnwrappedToolWarning", "tool_class", "typed_invoker"]
-
-
-class UnwrappedToolWarning(UserWarning):
-    """An agent's tool runs in this process, but not as a tool the wrapper can make a turnwatch
-    call of (the SDK's ``LocalShellTool``, apply-patch, computer and custom tools)."""
 
 
 #: The SDK's tools, other than function tools and shell tools, that run in this process.
@@ -114,14 +110,7 @@ class StoppableRunner:
         self._mcp = False  # whether an agent it wraps has MCP servers (their tools come later)
         self._unreached: dict[str, str] = {}  # local tools of other kinds: name → kind
         self.agent = self._wrap(agent, self._wrapped)
-        if self._unreached:
-            said = ", ".join(f"{n!r} ({k})" for n, k in sorted(self._unreached.items()))
-            warnings.warn(
-                f"StoppableRunner: the calls of {said} run in this process outside any "
-                "turnwatch call: a stop neither waits for them nor ends them",
-                UnwrappedToolWarning,
-                stacklevel=2,
-            )
+        warn_unwrapped("StoppableRunner: the calls of", self._unreached)
         unknown = set(self._given) - set(self.classes)
         if unknown and not self._mcp:
             raise ToolClassError(f"classes= names tools the agent does not have: {sorted(unknown)}")
