@@ -33,7 +33,9 @@ RunCall = Callable[[Any, str, str, dict[str, Any], Callable[[], Awaitable[Any]]]
 async def shell_executor(request: ShellCommandRequest) -> ShellResult:
     """Run the model's commands one after another, each with ``bash -c`` through
     ``run_command``: contained, ended at a stop within the grace window. Each command's output
-    (stdout and stderr, in order) and exit code go back to the model."""
+    (stdout and stderr, in order) and exit code go back to the model. For a wrapped run only
+    (outside one, ``run_command`` refuses). The action's ``timeout_ms`` is not applied: a command
+    runs until it ends or a stop ends it (a cancel would end its first process, not its tree)."""
     outputs = []
     for command in request.data.action.commands:
         done = await run_command(["bash", "-c", command])
