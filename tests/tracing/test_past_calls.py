@@ -17,15 +17,15 @@ from turnwatch.tracing.past_calls import LedgerCalls
 from turnwatch.tracing.pipeline import Telemetry
 
 
-async def asked_then_stopped(path: Path, *, stop: bool = True) -> str:
+async def asked_then_stopped(path: Path, *, stop: bool = True, session: str = "s") -> str:
     """A runtime (its process, as far as the ledger knows) that asked to write, then was
     stopped (or not), and is gone: the call id."""
     ledger = Ledger(path)
     rt = Runtime(LocalHost(), grace_s=GRACE, sink=ledger)
-    turn = rt.start_turn("s")
+    turn = rt.start_turn(session)
     call = turn.request("Write", {"path": "/nonexistent/x", "content": "x"}, ask_permission=True)
     if stop:
-        await rt.abort("s")
+        await rt.abort(session)
     ledger.close()
     return call.call_id
 
@@ -116,3 +116,19 @@ async def test_a_sink_that_keeps_no_ledger_remembers_nothing(tmp_path: Path) -> 
         assert after.past is None
         with pytest.raises(LookupError):
             after.answer_permission("s", cid, True)
+
+
+async def test_a_ledger_replaced_under_it_is_read_where_it_now_is(tmp_path: Path) -> None:
+    """The ledger moved aside (a damaged one is) and a new one written at its path: what the new
+    one records is what is read, not the old file the first question opened."""
+    path = tmp_path / "ledger.sqlite3"
+    first = await asked_then_stopped(path)
+    past = LedgerCalls(path)
+    assert past.resolved("s", first)  # opens the file
+    path.rename(tmp_path / "ledger.damaged")
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"ledger.sqlite3{suffix}").unlink(missing_ok=True)
+    second = await asked_then_stopped(path, session="t")
+    assert past.resolved("t", second)
+    assert not past.resolved("s", first)  # the old file's, not this one's
+    past.close()

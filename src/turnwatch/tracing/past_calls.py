@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 from turnwatch.runtime.events import storable_text
-from turnwatch.tracing.ledger_file import LedgerError, connect
+from turnwatch.tracing.ledger_file import LedgerError, connect, file_id
 
 __all__ = ["LedgerCalls"]
 
@@ -36,13 +36,20 @@ class LedgerCalls:
         self.path = Path(path)
         self._busy_timeout_s = busy_timeout_s
         self._conn: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None  # the file the connection reads
         self._said = False
 
     def resolved(self, session: str, call: str) -> bool:
         """True if the ledger records ``call`` of ``session`` resolved."""
         try:
+            now = file_id(self.path)
+            if self._conn is not None and now != self._file:
+                # Replaced under it (a damaged ledger is moved aside and written anew, as the
+                # writer does): what the path holds now is the record, not the old file.
+                self.close()
             if self._conn is None:
                 self._conn = connect(self.path, readonly=True, busy_timeout_s=self._busy_timeout_s)
+                self._file = now
             # Read to its end: a statement left open would hold its snapshot, and the writer
             # could never checkpoint the WAL past it (this connection lives for months).
             rows = self._conn.execute(
