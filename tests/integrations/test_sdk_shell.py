@@ -153,8 +153,8 @@ async def test_wrapped_an_executor_of_the_applications_own_is_awaited(
     started = await asyncio.wait_for(sink.wait_for(names.TOOL_STARTED), 10)
     assert started.attrs[names.K_CLASS] == "mutating"
     stop = asyncio.ensure_future(runtime.abort("s"))
-    await asyncio.sleep(0)
-    assert not stop.done()  # it waits for the executor
+    await asyncio.wait_for(sink.wait_for(names.TOOLS_ABORT_SENT), 10)  # the stop reached it
+    assert not stop.done()  # and waits for the executor
     gate.set()
     assert await stop is Receipt.ACCEPTED
     assert ran == ["began", "ended"]
