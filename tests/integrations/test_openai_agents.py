@@ -18,7 +18,7 @@ import psutil
 import pytest
 from agents import (
     Agent,
-    LocalShellTool,
+    ApplyPatchTool,
     Runner,
     WebSearchTool,
     function_tool,
@@ -366,13 +366,16 @@ def test_a_failed_sdk_function_span_is_an_error_and_keeps_no_input() -> None:
 
 
 def test_local_tools_the_wrapper_cannot_reach_are_named_when_it_is_made(runtime: Runtime) -> None:
-    """The SDK's local shell and apply-patch tools run here, not as tools the wrapper makes
-    calls of: said, not silently left to the SDK's own cancel."""
+    """The SDK's apply-patch tool runs here, not as a tool the wrapper makes calls of: said, not
+    silently left to the SDK's own cancel."""
 
-    async def run(_request: Any) -> str:
-        return ""
+    class Editor:
+        def create_file(self, operation: Any) -> None: ...
+        def update_file(self, operation: Any) -> None: ...
+        def delete_file(self, operation: Any) -> None: ...
 
-    agent = Agent(name="a", model=scripted(), tools=[LocalShellTool(executor=run), WebSearchTool()])
-    with pytest.warns(UnwrappedToolWarning, match="'local_shell' \\(LocalShellTool\\)") as seen:
+    tools: list[Any] = [ApplyPatchTool(editor=Editor()), WebSearchTool()]
+    agent = Agent(name="a", model=scripted(), tools=tools)
+    with pytest.warns(UnwrappedToolWarning, match="'apply_patch' \\(ApplyPatchTool\\)") as seen:
         StoppableRunner(agent, runtime)
     assert "web_search" not in str(seen[0].message)  # the provider's: nothing of it runs here

@@ -15,7 +15,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, ShellTool
+from agents import Agent, LocalShellTool, Runner, ShellTool
 from agents.testing import ModelStep, ScriptedModel, assistant_message
 from openai.types.responses import (
     ResponseCompletedEvent,
@@ -25,6 +25,7 @@ from openai.types.responses import (
     ResponseOutputItemDoneEvent,
 )
 from openai.types.responses.response_function_shell_tool_call import Action
+from openai.types.responses.response_output_item import LocalShellCall, LocalShellCallAction
 
 from tests.conftest import until
 from tests.integrations.procs import end_marked, marked_alive
@@ -35,6 +36,7 @@ from turnwatch.integrations.openai_agents import (
     RunStopped,
     StoppableRunner,
     ToolClassError,
+    local_shell_executor,
     shell_executor,
     tool_class,
 )
@@ -172,3 +174,44 @@ def test_a_shell_tool_of_the_applications_own_cannot_be_a_process_tool_unless_as
     agent = shell_agent(tool_class(ShellTool(executor=run), "process"), "true")
     with pytest.raises(ToolClassError, match="shell"):
         StoppableRunner(agent, runtime)
+
+
+def local_shell_agent(tool: LocalShellTool, *argv: str) -> Agent[Any]:
+    """An agent whose model runs ``argv`` in one local shell call (``l1``), then is done."""
+    item = LocalShellCall(
+        id="lsh_l1",
+        call_id="l1",
+        type="local_shell_call",
+        status="completed",
+        action=LocalShellCallAction(command=list(argv), env={"GREETING": "hi"}, type="exec"),
+    )
+    model = ScriptedModel([streamed(item), ModelStep(output=[assistant_message("done")])])
+    return Agent(name="a", model=model, tools=[tool])
+
+
+async def test_wrapped_a_stopped_local_shell_call_ends_within_its_grace(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    tool = LocalShellTool(executor=local_shell_executor)
+    agent = local_shell_agent(tool, "bash", "-c", TERM_IGNORING_TREE)
+    run = asyncio.ensure_future(StoppableRunner(agent, runtime).run("go", session="s"))
+    started = await asyncio.wait_for(sink.wait_for(names.TOOL_STARTED), 10)
+    assert started.attrs[names.K_CLASS] == "process"
+    await until(lambda: len(marked_alive("s")) >= 3, what="the tree")
+    assert await runtime.abort("s") is Receipt.ACCEPTED
+    assert marked_alive("s") == []
+    with pytest.raises(RunStopped):
+        await run
+    assert outcomes(sink) == {"l1": "aborted"}
+    no_violations(sink)
+
+
+async def test_wrapped_local_shell_executor_runs_the_argv_with_its_env(
+    runtime: Runtime, sink: MemorySink
+) -> None:
+    tool = LocalShellTool(executor=local_shell_executor)
+    agent = local_shell_agent(tool, "bash", "-c", 'echo "$GREETING"; exit 4')
+    result = await StoppableRunner(agent, runtime).run("go", session="s")
+    (item,) = [i for i in result.new_items if type(i).__name__ == "ToolCallOutputItem"]
+    assert str(item.output) == "hi\n\n(exit code 4)"
+    assert outcomes(sink) == {"l1": "completed"}

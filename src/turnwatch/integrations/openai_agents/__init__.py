@@ -32,11 +32,12 @@ The SDK's gaps, and what the wrapper does about each:
 - An MCP server's tools (``Agent(mcp_servers=[...])``, which the SDK builds as each model turn
   begins) are wrapped as they come: ``extension`` calls (unless ``classes=`` says otherwise),
   awaited at a stop until the server replied.
-- A shell tool with a local executor (``ShellTool``): each shell call a turnwatch call;
-  :func:`shell_executor` runs the model's commands contained, as a ``process`` call (:mod:`.shell`).
+- A shell tool with a local executor (``ShellTool``, ``LocalShellTool``): each shell call a
+  turnwatch call; :func:`shell_executor` (:func:`local_shell_executor`) runs the model's
+  commands contained, as a ``process`` call (:mod:`.shell`).
 - Hosted tools (web search, file search, code interpreter) run on the provider's side, where
   turnwatch cannot reach them: observed, not enforced (the README's table). The SDK's local
-  tools of other kinds (``LocalShellTool``, apply-patch, computer, custom tools) run here but
+  tools of other kinds (apply-patch, computer, custom tools) run here but
   outside any turnwatch call: :class:`UnwrappedToolWarning` names them when the runner is made.
 - The SDK traces a run its own way (not OpenTelemetry): turnwatch's spans of the run (the stop,
   ``execute_tool`` per call) take the SDK trace's id, and :class:`FunctionSpans` (a trace
@@ -50,7 +51,7 @@ from turnwatch.integrations.openai_agents.runner import (
     tool_class,
     typed_invoker,
 )
-from turnwatch.integrations.openai_agents.shell import shell_executor
+from turnwatch.integrations.openai_agents.shell import local_shell_executor, shell_executor
 from turnwatch.integrations.openai_agents.spans import FunctionSpans
 from turnwatch.integrations.openai_agents.stream import RunStopped, StoppableStream
 from turnwatch.integrations.wrappers import (
@@ -73,6 +74,7 @@ __all__ = [
     "StoppableStream",
     "ToolClassError",
     "UnwrappedToolWarning",
+    "local_shell_executor",
     "run_command",
     "shell_executor",
     "tool_class",

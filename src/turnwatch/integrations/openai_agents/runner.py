@@ -53,8 +53,8 @@ __all__ = ["StoppableRunner", "UnwrappedToolWarning", "tool_class", "typed_invok
 
 
 #: The SDK's tools, other than function tools and shell tools, that run in this process.
-_LOCAL = (LocalShellTool, ApplyPatchTool, ComputerTool, CustomTool)
-_T = TypeVar("_T", FunctionTool, ShellTool)
+_LOCAL = (ApplyPatchTool, ComputerTool, CustomTool)
+_T = TypeVar("_T", FunctionTool, ShellTool, LocalShellTool)
 
 _Pair = tuple[Agent[Any], Agent[Any]]  # an agent, and its wrapped clone
 
@@ -134,7 +134,7 @@ class StoppableRunner:
         memo[id(agent)] = (agent, clone)  # before the handoffs: a cycle ends here
         tools: list[Any] = []
         for tool in agent.tools:
-            if isinstance(tool, ShellTool) and tool.executor is not None:
+            if isinstance(tool, (ShellTool, LocalShellTool)) and tool.executor is not None:
                 self._classify(tool.name, shell_class(tool), tool.executor)
                 tool = wrapped_shell(tool, self._call)
             elif isinstance(tool, _LOCAL) and getattr(tool, "executor", True) is not None:

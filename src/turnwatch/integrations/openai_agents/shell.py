@@ -1,5 +1,6 @@
-"""The SDK's shell tool (``ShellTool`` with a local executor): each shell call a turnwatch call,
-and :func:`shell_executor`, an executor whose commands run contained.
+"""The SDK's shell tools (``ShellTool`` with a local executor, and ``LocalShellTool``): each
+shell call a turnwatch call, and :func:`shell_executor` and :func:`local_shell_executor`,
+executors whose commands run contained.
 
 The SDK runs a shell call by handing the model's commands to the tool's executor, in this
 process, outside any function tool: unwrapped, a stop never saw it, and the SDK's cancel left
@@ -17,13 +18,19 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agents import ShellTool
-from agents.tool import ShellCallOutcome, ShellCommandOutput, ShellCommandRequest, ShellResult
+from agents import LocalShellTool, ShellTool
+from agents.tool import (
+    LocalShellCommandRequest,
+    ShellCallOutcome,
+    ShellCommandOutput,
+    ShellCommandRequest,
+    ShellResult,
+)
 
 from turnwatch.integrations.wrappers import CLASS_KEY, RUN_TURN, run_command
 from turnwatch.runtime.model import ToolClass
 
-__all__ = ["shell_executor", "wrapped_shell"]
+__all__ = ["local_shell_executor", "shell_executor", "wrapped_shell"]
 
 #: How a runner runs one call of a tool as a turnwatch call of the run's turn:
 #: ``(turn, tool name, call id, arguments, what runs it)`` → what the SDK is given.
@@ -44,30 +51,51 @@ async def shell_executor(request: ShellCommandRequest) -> ShellResult:
     return ShellResult(output=outputs)
 
 
-def shell_class(tool: ShellTool) -> ToolClass | str | None:
+async def local_shell_executor(request: LocalShellCommandRequest) -> str:
+    """``LocalShellTool``'s executor: the model's command (an argv, in its working directory,
+    with its environment added) through ``run_command``, contained, ended at a stop within the
+    grace window; what it printed (stdout and stderr, in order) goes back to the model, with its
+    exit code unless 0. For a wrapped run only; ``timeout_ms`` is not applied (see
+    :func:`shell_executor`)."""
+    action = request.data.action
+    done = await run_command(
+        list(action.command), cwd=action.working_directory or None, env=action.env or None
+    )
+    return done.output if done.exit_code == 0 else f"{done.output}\n(exit code {done.exit_code})"
+
+
+_OURS = (shell_executor, local_shell_executor)
+
+
+def shell_class(tool: ShellTool | LocalShellTool) -> ToolClass | str | None:
     """The class a shell tool says it is (``tool_class``), or ``process`` for one whose
-    executor is :func:`shell_executor`; None: the runner decides."""
+    executor is ours; None: the runner decides."""
     declared: ToolClass | str | None = getattr(tool, CLASS_KEY, None)
-    if declared is None and tool.executor is shell_executor:
+    if declared is None and tool.executor in _OURS:
         return ToolClass.PROCESS
     return declared
 
 
-def wrapped_shell(tool: ShellTool, call: RunCall) -> ShellTool:
+def wrapped_shell(tool: ShellTool | LocalShellTool, call: RunCall) -> ShellTool | LocalShellTool:
     """``tool`` whose executor runs each shell call as a turnwatch call (``call``) of the run's
     turn; outside a wrapped run, the executor as it was."""
-    executor = tool.executor
+    executor: Callable[[Any], Any] | None = tool.executor
     assert executor is not None  # a hosted shell tool (no executor) runs nothing here
 
-    async def run(request: ShellCommandRequest) -> Any:
+    async def run(request: Any) -> Any:
         done = executor(request)
         return await done if inspect.isawaitable(done) else done
 
-    async def execute(request: ShellCommandRequest) -> Any:
+    async def execute(request: Any) -> Any:
         turn = RUN_TURN.get()
         if turn is None:
             return await run(request)
-        args = {"commands": list(request.data.action.commands)}
+        action = request.data.action
+        args = (
+            {"commands": list(action.commands)}
+            if isinstance(tool, ShellTool)
+            else {"command": list(action.command)}
+        )
         return await call(turn, tool.name, request.data.call_id, args, lambda: run(request))
 
     return dataclasses.replace(tool, executor=execute)
