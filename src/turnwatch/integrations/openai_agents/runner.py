@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import functools
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -78,8 +78,8 @@ def typed_invoker(invoke: Any) -> Any:
 
 
 def tool_class(tool: _T, cls: ToolClass | str) -> _T:
-    """Mark ``tool`` (a function tool, or a ``ShellTool``) with its turnwatch class (the SDK's
-    tools carry no metadata of their own)."""
+    """Mark ``tool`` (a function tool, a ``ShellTool`` or a ``LocalShellTool``) with its
+    turnwatch class (the SDK's tools carry no metadata of their own)."""
     setattr(tool, CLASS_KEY, declared_class(tool.name, {CLASS_KEY: cls}, ToolClass.MUTATING).value)
     return tool
 
@@ -265,7 +265,12 @@ class StoppableRunner:
         return await self._call(turn, tool.name, ctx.tool_call_id, _args(input_json), run)
 
     async def _call(
-        self, turn: Turn, name: str, call_id: str, args: dict[str, Any], run: Any
+        self,
+        turn: Turn,
+        name: str,
+        call_id: str,
+        args: dict[str, Any],
+        run: Callable[[], Awaitable[Any]],
     ) -> Any:
         """``run()`` (the SDK's own execution of a call of ``name``) as a turnwatch call of
         ``turn``: what the SDK is given back."""

@@ -9,6 +9,7 @@ the commands' processes running. Wrapped, the call is a turnwatch call of its to
 ended within the grace window at a stop), and for an executor of the application's own the
 class it is given (``tool_class`` or ``classes=``; ``process`` only for an async executor that
 starts its commands with ``run_command``), else the runner's default (``mutating``: awaited).
+``LocalShellTool`` the same, ``process`` with :func:`local_shell_executor` (its command an argv).
 """
 
 from __future__ import annotations
