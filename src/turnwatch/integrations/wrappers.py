@@ -56,7 +56,7 @@ _OK = HostResult(HostStatus.OK)
 _STARTED = Started()
 
 
-class UnwrappedToolWarning(UserWarning):
+class UnwrappedToolWarning(TurnwatchError, UserWarning):
     """Something of an agent runs in this process outside any turnwatch call: a tool the wrapper
     cannot make a call of (the OpenAI Agents SDK's apply-patch, computer and custom
     tools), or code an agent's code executor runs (ADK's local ones)."""
