@@ -87,6 +87,19 @@ def shell_agent(tool: ShellTool, *commands: str) -> Agent[Any]:
     return Agent(name="a", model=model, tools=[tool])
 
 
+def local_shell_agent(tool: LocalShellTool, *argv: str) -> Agent[Any]:
+    """An agent whose model runs ``argv`` in one local shell call (``l1``), then is done."""
+    item = LocalShellCall(
+        id="lsh_l1",
+        call_id="l1",
+        type="local_shell_call",
+        status="completed",
+        action=LocalShellCallAction(command=list(argv), env={"GREETING": "hi"}, type="exec"),
+    )
+    model = ScriptedModel([streamed(item), ModelStep(output=[assistant_message("done")])])
+    return Agent(name="a", model=model, tools=[tool])
+
+
 async def test_native_a_cancelled_run_leaves_the_shells_tree_running() -> None:
     spawned: list[subprocess.Popen[bytes]] = []
 
@@ -107,10 +120,16 @@ async def test_native_a_cancelled_run_leaves_the_shells_tree_running() -> None:
         end_marked("native", spawned)
 
 
+@pytest.mark.parametrize("kind", ["ShellTool", "LocalShellTool"])
 async def test_wrapped_a_stopped_shell_call_ends_within_its_grace(
-    runtime: Runtime, sink: MemorySink
+    runtime: Runtime, sink: MemorySink, kind: str
 ) -> None:
-    agent = shell_agent(ShellTool(executor=shell_executor), "echo begun", TERM_IGNORING_TREE)
+    if kind == "ShellTool":
+        tool = ShellTool(executor=shell_executor)
+        agent, call = shell_agent(tool, "echo begun", TERM_IGNORING_TREE), "s1"
+    else:
+        local = LocalShellTool(executor=local_shell_executor)
+        agent, call = local_shell_agent(local, "bash", "-c", TERM_IGNORING_TREE), "l1"
     run = asyncio.ensure_future(StoppableRunner(agent, runtime).run("go", session="s"))
     started = await asyncio.wait_for(sink.wait_for(names.TOOL_STARTED), 10)
     assert started.attrs[names.K_CLASS] == "process"
@@ -119,7 +138,7 @@ async def test_wrapped_a_stopped_shell_call_ends_within_its_grace(
     assert marked_alive("s") == []  # nothing of the call outlived abort()
     with pytest.raises(RunStopped):
         await run
-    assert outcomes(sink) == {"s1": "aborted"}
+    assert outcomes(sink) == {call: "aborted"}
     no_violations(sink)
 
 
@@ -174,36 +193,6 @@ def test_a_shell_tool_of_the_applications_own_cannot_be_a_process_tool_unless_as
     agent = shell_agent(tool_class(ShellTool(executor=run), "process"), "true")
     with pytest.raises(ToolClassError, match="shell"):
         StoppableRunner(agent, runtime)
-
-
-def local_shell_agent(tool: LocalShellTool, *argv: str) -> Agent[Any]:
-    """An agent whose model runs ``argv`` in one local shell call (``l1``), then is done."""
-    item = LocalShellCall(
-        id="lsh_l1",
-        call_id="l1",
-        type="local_shell_call",
-        status="completed",
-        action=LocalShellCallAction(command=list(argv), env={"GREETING": "hi"}, type="exec"),
-    )
-    model = ScriptedModel([streamed(item), ModelStep(output=[assistant_message("done")])])
-    return Agent(name="a", model=model, tools=[tool])
-
-
-async def test_wrapped_a_stopped_local_shell_call_ends_within_its_grace(
-    runtime: Runtime, sink: MemorySink
-) -> None:
-    tool = LocalShellTool(executor=local_shell_executor)
-    agent = local_shell_agent(tool, "bash", "-c", TERM_IGNORING_TREE)
-    run = asyncio.ensure_future(StoppableRunner(agent, runtime).run("go", session="s"))
-    started = await asyncio.wait_for(sink.wait_for(names.TOOL_STARTED), 10)
-    assert started.attrs[names.K_CLASS] == "process"
-    await until(lambda: len(marked_alive("s")) >= 3, what="the tree")
-    assert await runtime.abort("s") is Receipt.ACCEPTED
-    assert marked_alive("s") == []
-    with pytest.raises(RunStopped):
-        await run
-    assert outcomes(sink) == {"l1": "aborted"}
-    no_violations(sink)
 
 
 async def test_wrapped_local_shell_executor_runs_the_argv_with_its_env(
