@@ -19,6 +19,7 @@ from tests.conftest import GRACE, until
 from tests.integrations.lg_graphs import Scripted, agent_graph, parent_of
 from tests.integrations.procs import marked_alive
 from tests.integrations.test_langgraph import CALLS, Tools, unanswered
+from tests.integrations.test_pydantic_ai import outcomes
 from turnwatch import names
 from turnwatch.integrations.langgraph import StoppableGraph, ToolClassError, tool_node
 from turnwatch.runtime import LocalHost, MemorySink, Receipt, Runtime
@@ -28,14 +29,6 @@ from turnwatch.testing import check_invariants
 @pytest.fixture
 def rt(runtime: Runtime) -> Runtime:
     return runtime
-
-
-def outcomes(sink: MemorySink) -> dict[str, str]:
-    return {
-        str(e.call): str(e.attrs.get("outcome"))
-        for e in sink
-        if e.kind in (names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED) and e.call is not None
-    }
 
 
 async def stopped_mid_tools(rt: Runtime, app: StoppableGraph, t: Tools, session: str) -> Any:

@@ -13,13 +13,10 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 
 from tests.integrations.test_openai_agents import approval_agent, consume, scripted
 from tests.integrations.test_pydantic_ai import no_violations, outcomes
+from tests.integrations.test_wrapper_edges import settled
 from turnwatch import names
 from turnwatch.integrations.openai_agents import RunStopped, StoppableRunner
 from turnwatch.runtime import MemorySink, Runtime
-
-
-def settled(sink: MemorySink) -> list[str]:
-    return [e.attrs[names.K_OUTCOME] for e in sink.of(names.TURN_SETTLED)]
 
 
 async def wait_settled(sink: MemorySink) -> None:

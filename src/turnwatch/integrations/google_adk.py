@@ -323,8 +323,7 @@ def _local_code(root: Any) -> dict[str, str]:
             continue
         seen.add(id(agent))
         executor = getattr(agent, "code_executor", None)
-        kinds = {k.__name__ for k in type(executor).__mro__} & _LOCAL_EXECUTORS
-        if executor is not None and kinds:
-            found[str(getattr(agent, "name", "?"))] = f"{type(executor).__name__}"
+        if executor is not None and {k.__name__ for k in type(executor).__mro__} & _LOCAL_EXECUTORS:
+            found[str(getattr(agent, "name", "?"))] = type(executor).__name__
         todo.extend(getattr(agent, "sub_agents", None) or ())
     return found

@@ -137,8 +137,8 @@ class StoppableRunner:
             if isinstance(tool, (ShellTool, LocalShellTool)) and tool.executor is not None:
                 self._classify(tool.name, shell_class(tool), tool.executor)
                 tool = wrapped_shell(tool, self._call)
-            elif isinstance(tool, _LOCAL) and getattr(tool, "executor", True) is not None:
-                self._unreached[tool.name] = type(tool).__name__  # (a hosted shell: no executor)
+            elif isinstance(tool, _LOCAL):  # (a hosted shell tool, no executor: runs nothing here)
+                self._unreached[tool.name] = type(tool).__name__
             if isinstance(tool, FunctionTool):
                 # The original: tool_class() marked it, not its copy.
                 self._classify(tool.name, getattr(tool, CLASS_KEY, None), _function(tool))
