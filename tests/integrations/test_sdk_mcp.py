@@ -29,9 +29,12 @@ from turnwatch.runtime import MemorySink, Receipt, Runtime
 DEPLOY_S = 1.5
 
 
-def deploying(tmp_path: Path, *, seconds: float = DEPLOY_S) -> tuple[Agent[Any], MCPServerStdio]:
-    """An agent whose model calls the server's ``deploy`` once (call ``d1``), and the server;
-    the server appends each call's id to ``calls`` and each cancel's to ``cancels``."""
+def deploying(
+    tmp_path: Path, *, seconds: float = DEPLOY_S, tool: str = "deploy", retries: int = 0
+) -> tuple[Agent[Any], MCPServerStdio]:
+    """An agent whose model calls the server's ``tool`` once (call ``d1``), and the server
+    (which retries a failed call ``retries`` times); the server appends each request's id to
+    ``calls`` and each cancel's to ``cancels``."""
     server = MCPServerStdio(
         params={
             "command": sys.executable,
@@ -46,16 +49,34 @@ def deploying(tmp_path: Path, *, seconds: float = DEPLOY_S) -> tuple[Agent[Any],
         },
         name="ops",
         client_session_timeout_seconds=30,
+        max_retry_attempts=retries,
+        retry_backoff_seconds_base=0.05,
     )
     agent = Agent(
-        name="a", model=scripted(("deploy", {"seconds": seconds}, "d1")), mcp_servers=[server]
+        name="a", model=scripted((tool, {"seconds": seconds}, "d1")), mcp_servers=[server]
     )
     return agent, server
 
 
+def logged(path: Path) -> list[str]:
+    """The request ids the server wrote to ``path``, in order."""
+    return path.read_text().split() if path.exists() else []
+
+
 def begun(tmp_path: Path) -> bool:
-    calls = tmp_path / "calls"
-    return calls.exists() and bool(calls.read_text().strip())
+    return bool(logged(tmp_path / "calls"))
+
+
+async def stopped(runtime: Runtime, tmp_path: Path, **kw: Any) -> None:
+    """A wrapped run of :func:`deploying`'s agent (``kw``), stopped once the call began, to its
+    end: the run raises RunStopped."""
+    agent, server = deploying(tmp_path, **kw)
+    async with server:
+        run = asyncio.ensure_future(StoppableRunner(agent, runtime).run("go", session="s"))
+        await until(lambda: begun(tmp_path), what="the call to begin")
+        assert await runtime.abort("s") is Receipt.ACCEPTED
+        with pytest.raises(RunStopped):
+            await run
 
 
 async def test_native_a_cancel_returns_while_the_mcp_call_runs_on(tmp_path: Path) -> None:
@@ -85,6 +106,42 @@ async def test_wrapped_an_mcp_call_is_an_extension_call_awaited_to_its_reply(
     kinds = [e.kind for e in sink]
     assert kinds.index(names.TOOL_FINISHED) < kinds.index(names.TURN_SETTLED)
     assert outcomes(sink) == {"d1": "completed_after_stop"}
+    no_violations(sink)
+
+
+async def test_wrapped_the_stop_cancels_the_call_at_its_server_and_awaits_the_reply(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    """The ADR: an MCP call is awaited *after requesting cancellation*. The wrapper used to
+    await it without a word to the server, which ran the call on unasked."""
+    await stopped(runtime, tmp_path)
+    (request,) = logged(tmp_path / "calls")
+    assert logged(tmp_path / "cancels") == [request]  # the cancel names the call's own request
+    assert outcomes(sink) == {"d1": "completed_after_stop"}  # deploy ignores it, finishes
+    no_violations(sink)
+
+
+async def test_wrapped_an_error_reply_to_the_cancel_is_the_calls_end(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    await stopped(runtime, tmp_path, tool="errors_on_cancel")
+    assert logged(tmp_path / "cancels") == logged(tmp_path / "calls")
+    assert outcomes(sink) == {"d1": "aborted"}
+    (finished,) = sink.of(names.TOOL_FINISHED)
+    assert "Request cancelled" in str(finished.attrs.get(names.K_ERROR))
+    no_violations(sink)
+
+
+async def test_wrapped_a_stopped_call_is_never_sent_again(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    """The SDK retries a call whose server answered with an error (``max_retry_attempts``):
+    after the stop, the server's answer to the cancel is such an error, and each retry would
+    be a new call the stop never saw."""
+    await stopped(runtime, tmp_path, tool="errors_on_cancel", retries=3)
+    await asyncio.sleep(0.3)  # the retries' backoff (0.05 s, doubling) has passed
+    assert len(logged(tmp_path / "calls")) == 1
+    assert outcomes(sink) == {"d1": "aborted"}
     no_violations(sink)
 
 
@@ -119,3 +176,22 @@ def test_an_mcp_servers_tool_cannot_be_a_process_tool(runtime: Runtime, tmp_path
         StoppableRunner(agent, runtime, classes={"deploy": "process"})
     with pytest.raises(ToolClassError, match="nope"):
         StoppableRunner(agent.clone(mcp_servers=[]), runtime, classes={"nope": "mutating"})
+
+
+async def test_wrapped_a_read_only_mcp_call_is_discarded_and_its_server_told(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    agent, server = deploying(tmp_path, seconds=30)
+    runner = StoppableRunner(agent, runtime, classes={"deploy": "read_only"})
+    async with server:
+        run = asyncio.ensure_future(runner.run("go", session="s"))
+        await until(lambda: begun(tmp_path), what="the call to begin")
+        began = time.monotonic()
+        assert await runtime.abort("s") is Receipt.ACCEPTED
+        with pytest.raises(RunStopped):
+            await run
+        assert time.monotonic() - began < 5  # not the deploy's 30 s
+        (request,) = logged(tmp_path / "calls")
+        await until(lambda: request in logged(tmp_path / "cancels"), what="the server told")
+    assert outcomes(sink) == {"d1": "discarded"}
+    no_violations(sink)

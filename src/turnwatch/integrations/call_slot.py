@@ -1,7 +1,8 @@
 """One framework call between its framework and the host (its :class:`Slot`), and what a tool's
 body runs under it: a command (:func:`run_command`, :func:`run_command_sync`: contained, ended at
-a stop within the grace window) and an MCP tool call (:func:`call_mcp_tool`: cancelled at its
-server at a stop, and awaited). :mod:`turnwatch.integrations.wrappers` exports these names too.
+a stop within the grace window) and an MCP tool call (:func:`call_mcp_tool`, or a framework's own
+through a session :func:`tap_session` tapped: cancelled at its server at a stop, and awaited).
+:mod:`turnwatch.integrations.wrappers` exports these names too.
 Nothing here imports a framework.
 """
 
@@ -14,13 +15,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from mcp import ClientSession
+from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import MCPError
 
 from turnwatch.runtime.handle import CallHandle
 from turnwatch.runtime.model import TurnwatchError
 from turnwatch.runtime.protocol import HostResult, HostStatus
 from turnwatch.runtime.tools.context import ToolContext
-from turnwatch.runtime.tools.mcp import answers_the_cancel, send_call
+from turnwatch.runtime.tools.mcp import (
+    answers_the_cancel,
+    cancelled_at_stop,
+    mint_request_id,
+    send_call,
+)
 from turnwatch.runtime.tools.process import run_process
 
 __all__ = [
@@ -32,6 +39,7 @@ __all__ = [
     "call_mcp_tool",
     "run_command",
     "run_command_sync",
+    "tap_session",
 ]
 
 
@@ -139,3 +147,51 @@ async def call_mcp_tool(
             raise
         slot.aborted = HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
         raise CommandAbortedError(f"the MCP server ended it at the stop: {exc.message}") from exc
+
+
+#: Marks a session's dispatcher :func:`tap_session` tapped, so it is tapped once.
+_TAPPED = "_turnwatch_tapped"
+#: JSON-RPC's "request cancelled" (as servers answer a cancelled request): the code of a request
+#: a stopped call would have sent again, and did not.
+_NOT_SENT = -32800
+
+
+def tap_session(session: ClientSession) -> None:
+    """Make the ``tools/call`` requests ``session`` sends from a hosted call's body stoppable
+    at their server, as :func:`call_mcp_tool`'s are: for a framework whose own MCP client sends
+    them (the OpenAI Agents SDK's ``MCPServer``), with everything that client does around the
+    request (its meta, retries, result conversion) left as it is.
+
+    Each such request goes under an id minted here, which the stop's ``notifications/cancelled``
+    names, and is still awaited; an error reply to the cancel ends the call ``aborted``; and
+    once the stop came no request of the call is sent again (a client's own retry would be a
+    call the stop never saw). Requests sent outside a wrapped call are untouched. Idempotent.
+    """
+    # The dispatcher is where a request's id can be given (``CallOptions``; mcp 2.x, pinned).
+    dispatcher: Any = session._dispatcher  # noqa: SLF001
+    if getattr(dispatcher, _TAPPED, False):
+        return
+    send = dispatcher.send_raw_request
+
+    async def send_raw_request(
+        method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None, **kw: Any
+    ) -> dict[str, Any]:
+        slot = CURRENT.get()
+        if method != "tools/call" or slot is None or slot.ctx is None:
+            return dict(await send(method, params, opts, **kw))
+        ctx = slot.ctx
+        if ctx.cancelled.is_set():
+            if slot.aborted is None:
+                slot.aborted = HostResult(HostStatus.ABORTED, error="stopped: not sent again")
+            raise MCPError(_NOT_SENT, "stopped: turnwatch sends no more of this call")
+        rid = mint_request_id()
+        sent: CallOptions = {**(opts or {}), "request_id": rid}
+        try:
+            return await cancelled_at_stop(ctx, session, rid, send(method, params, sent, **kw))
+        except MCPError as exc:
+            if answers_the_cancel(exc, ctx):
+                slot.aborted = HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
+            raise
+
+    dispatcher.send_raw_request = send_raw_request
+    setattr(dispatcher, _TAPPED, True)

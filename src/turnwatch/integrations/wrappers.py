@@ -28,6 +28,7 @@ from turnwatch.integrations.call_slot import CommandResult as CommandResult
 from turnwatch.integrations.call_slot import call_mcp_tool as call_mcp_tool
 from turnwatch.integrations.call_slot import run_command as run_command
 from turnwatch.integrations.call_slot import run_command_sync as run_command_sync
+from turnwatch.integrations.call_slot import tap_session as tap_session
 from turnwatch.integrations.daemon_threads import DAEMONS as DAEMONS
 from turnwatch.integrations.daemon_threads import DaemonExecutor as DaemonExecutor
 from turnwatch.runtime.host import LocalHost

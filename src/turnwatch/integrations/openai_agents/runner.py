@@ -26,6 +26,7 @@ from agents import (
 )
 from agents.result import RunResultStreaming
 from agents.tool_context import ToolContext
+from mcp import ClientSession
 
 from turnwatch.integrations.daemon_threads import DAEMONS
 from turnwatch.integrations.openai_agents.nesting import CALL_SCOPE, agent_of, nested_run
@@ -42,6 +43,7 @@ from turnwatch.integrations.wrappers import (
     declared_class,
     dispatcher,
     require_async_process,
+    tap_session,
     warn_unwrapped,
 )
 from turnwatch.runtime.gate import Answer
@@ -157,11 +159,18 @@ class StoppableRunner:
         """The SDK builds an MCP server's tools as each model turn begins (``get_mcp_tools``),
         never in ``agent.tools``: each is wrapped as it comes, an ``extension`` call (awaited at
         a stop, as the ADR classes MCP calls) unless ``classes=`` says otherwise. Unwrapped, a
-        stop settled the turn while the server still ran the call."""
+        stop settled the turn while the server still ran the call. Each server's session is
+        tapped as it is found connected (:func:`tap_session`; a server that reconnects, at the
+        next model turn): the stop tells the server, naming the call's request."""
         built = clone.get_mcp_tools  # the SDK's own, bound to the clone
 
         async def get_mcp_tools(run_context: Any) -> list[Any]:
-            return [self._mcp_tool(tool) for tool in await built(run_context)]
+            tools = await built(run_context)
+            for server in clone.mcp_servers:
+                session = getattr(server, "session", None)
+                if isinstance(session, ClientSession):
+                    tap_session(session)
+            return [self._mcp_tool(tool) for tool in tools]
 
         clone.get_mcp_tools = get_mcp_tools  # type: ignore[method-assign]
 
@@ -172,6 +181,7 @@ class StoppableRunner:
             given = self._given.get(tool.name, ToolClass.EXTENSION)
             self.classes[tool.name] = declared_class(tool.name, {CLASS_KEY: given}, self._default)
             self.dispatch.add_tools([tool.name])
+            self.dispatch.hosted.add(tool.name)  # on the host: its request needs the call's stop
         return dataclasses.replace(tool, on_invoke_tool=self._invoker(tool))
 
     def _classify(self, name: str, marked: ToolClass | str | None, fn: object) -> None:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,7 +143,7 @@ async def send_call(
     ``CallOptions["request_id"]`` is that way (mcp 2.x, pinned in pyproject). A caller whose
     own task is cancelled (not a stop) abandons the request, and the SDK tells the server so.
     """
-    rid = f"turnwatch-{next(_ids)}"  # not an integer: never collides with the SDK's own ids
+    rid = mint_request_id()
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         if ctx is not None:
@@ -161,15 +161,34 @@ async def send_call(
     # other; unstamped, ours looked like a client that can answer no question), and over HTTP
     # the version header goes with it.
     session._stamp(data, opts)
-    request = asyncio.ensure_future(
-        session._dispatcher.send_raw_request("tools/call", params, opts)
+    return await cancelled_at_stop(
+        ctx, session, rid, session._dispatcher.send_raw_request("tools/call", params, opts)
     )
+
+
+def mint_request_id() -> str:
+    """A request id of turnwatch's own, which a stop's ``notifications/cancelled`` can name;
+    not an integer, so it never collides with the SDK's own ids."""
+    return f"turnwatch-{next(_ids)}"
+
+
+async def cancelled_at_stop(
+    ctx: ToolContext | None,
+    session: ClientSession,
+    rid: str,
+    sending: Awaitable[dict[str, Any]],
+) -> dict[str, Any]:
+    """Await ``sending`` (the request ``rid``); when ``ctx``'s tools.abort comes first, send
+    ``notifications/cancelled`` naming ``rid`` and keep awaiting it. ``ctx`` None: no call of a
+    turn, no stop to watch for. Our own task cancelled abandons the request (the SDK forgets
+    it, and tells the server so)."""
+    request = asyncio.ensure_future(sending)
     try:
-        if ctx is not None:  # no call of a turn: no stop to watch for
+        if ctx is not None:
             await _cancel_at_stop(ctx, session, rid, request)
         return await request
     finally:
-        request.cancel()  # abandoned (our own task cancelled): the SDK forgets it
+        request.cancel()
 
 
 async def _cancel_at_stop(
