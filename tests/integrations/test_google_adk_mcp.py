@@ -22,6 +22,7 @@ from google.adk.tools.mcp_tool.mcp_session_manager import StdioConnectionParams
 from google.adk.tools.mcp_tool.mcp_toolset import McpToolset
 from mcp import StdioServerParameters
 
+from tests.conftest import until
 from tests.integrations.test_google_adk import (
     HI,
     answers,
@@ -49,14 +50,45 @@ STEP = says(call("d1", "deploy", seconds=DEPLOY_S))
 
 
 def toolset(log: Path) -> McpToolset:
+    """The server's tools; it appends each cancel's request id to ``log``, and each call's to
+    ``log`` + ``.calls``."""
     server = StdioServerParameters(
-        command=sys.executable, args=["-m", "turnwatch.testing_mcp", "--log", str(log)]
+        command=sys.executable,
+        args=["-m", "turnwatch.testing_mcp", "--log", str(log), "--calls", f"{log}.calls"],
     )
     return McpToolset(connection_params=StdioConnectionParams(server_params=server, timeout=30))
 
 
+def logged(path: Path) -> list[str]:
+    """The request ids the server wrote to ``path``, in order."""
+    return path.read_text().split() if path.exists() else []
+
+
 async def closed(tools: McpToolset) -> None:
     await tools.close()
+
+
+async def stopped(runtime: Runtime, sink: MemorySink, log: Path, step: Any) -> list[Any]:
+    """A wrapped run whose model asks for ``step``, stopped once its call reached the server:
+    ADK's history after the run's end."""
+    tools = toolset(log)
+    agent = LlmAgent(name="a", model=model(step), tools=[tools])
+    plugin = TurnwatchPlugin(runtime)
+    runner = InMemoryRunner(app=App(name="app", root_agent=agent, plugins=[plugin]))
+    try:
+        sid = await new_session(runner)
+        app = StoppableRunner(runner, runtime)
+        run = asyncio.ensure_future(
+            consume(app.run_async(user_id="u", session_id=sid, new_message=HI))
+        )
+        started = await sink.wait_for(names.TOOL_STARTED)
+        assert started.attrs[names.K_CLASS] == "extension"
+        await until(lambda: logged(Path(f"{log}.calls")), what="the call to reach its server")
+        assert await runtime.abort(sid) is Receipt.ACCEPTED
+        await asyncio.wait_for(run, 10)
+        return await history(runner, sid)
+    finally:
+        await closed(tools)
 
 
 async def test_native_an_abort_seals_the_mcp_call_aborted_while_the_server_finishes_it(
@@ -84,29 +116,30 @@ async def test_native_an_abort_seals_the_mcp_call_aborted_while_the_server_finis
 async def test_wrapped_an_mcp_call_is_an_extension_call_awaited_to_its_reply(
     runtime: Runtime, sink: MemorySink, tmp_path: Path
 ) -> None:
-    rt = runtime
-    tools = toolset(tmp_path / "cancels.log")
-    agent = LlmAgent(name="a", model=model(STEP), tools=[tools])
-    runner = InMemoryRunner(app=App(name="app", root_agent=agent, plugins=[TurnwatchPlugin(rt)]))
-    try:
-        sid = await new_session(runner)
-        app = StoppableRunner(runner, rt)
-        run = asyncio.ensure_future(
-            consume(app.run_async(user_id="u", session_id=sid, new_message=HI))
-        )
-        started = await sink.wait_for(names.TOOL_STARTED)
-        assert started.attrs[names.K_CLASS] == "extension"
-        await asyncio.sleep(0.3)  # the deploy under way
-        assert await rt.abort(sid) is Receipt.ACCEPTED
-        await asyncio.wait_for(run, 10)
-        said = await history(runner, sid)
-    finally:
-        await closed(tools)
+    log = tmp_path / "cancels.log"
+    said = await stopped(runtime, sink, log, STEP)
     assert unanswered(said) == set()
     reply: dict[str, Any] = answers(said)["d1"]
-    assert "deploy finished after 1.5s" in str(reply)  # the server's real reply, after the stop
+    # The server's real reply, after the stop, which it was told of (the ADR's "awaited after
+    # requesting cancellation"): the cancel names the call's own request.
+    assert "deploy finished after 1.5s (cancel ignored)" in str(reply)
+    assert logged(log) == logged(Path(f"{log}.calls"))
+    assert len(logged(log)) == 1
     ended = {str(e.call): e.attrs.get("outcome") for e in sink if e.kind == names.TOOL_FINISHED}
     assert ended == {"d1": "completed_after_stop"}
     kinds = [e.kind for e in sink]
     assert kinds.index(names.TOOL_FINISHED) < kinds.index(names.TURN_SETTLED)
+    assert check_invariants(list(sink)) == []
+
+
+async def test_wrapped_an_error_reply_to_the_cancel_ends_the_call_aborted(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    log = tmp_path / "cancels.log"
+    said = await stopped(runtime, sink, log, says(call("d1", "errors_on_cancel", seconds=DEPLOY_S)))
+    assert unanswered(said) == set()
+    assert "error" in answers(said)["d1"]
+    assert logged(log) == logged(Path(f"{log}.calls"))
+    ended = {str(e.call): e.attrs.get("outcome") for e in sink if e.kind == names.TOOL_FINISHED}
+    assert ended == {"d1": "aborted"}
     assert check_invariants(list(sink)) == []

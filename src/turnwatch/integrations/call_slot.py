@@ -152,7 +152,7 @@ async def call_mcp_tool(
 #: Marks a session's dispatcher :func:`tap_session` tapped, so it is tapped once.
 _TAPPED = "_turnwatch_tapped"
 #: JSON-RPC's "request cancelled" (as servers answer a cancelled request): the code of a request
-#: a stopped call would have sent again, and did not.
+#: a stopped call would have sent, and did not.
 _NOT_SENT = -32800
 
 
@@ -164,8 +164,9 @@ def tap_session(session: ClientSession) -> None:
 
     Each such request goes under an id minted here, which the stop's ``notifications/cancelled``
     names, and is still awaited; an error reply to the cancel ends the call ``aborted``; and
-    once the stop came no request of the call is sent again (a client's own retry would be a
-    call the stop never saw). Requests sent outside a wrapped call are untouched. Idempotent.
+    once the stop came no request of the call is sent (not its first, if the stop came before
+    it, nor a client's own retry, which would be a call the stop never saw): the call is
+    ``aborted``. Requests sent outside a wrapped call are untouched. Idempotent.
     """
     # The dispatcher is where a request's id can be given (``CallOptions``; mcp 2.x, pinned).
     dispatcher: Any = session._dispatcher  # noqa: SLF001
@@ -180,10 +181,10 @@ def tap_session(session: ClientSession) -> None:
         if method != "tools/call" or slot is None or slot.ctx is None:
             return dict(await send(method, params, opts, **kw))
         ctx = slot.ctx
-        if ctx.cancelled.is_set():
+        if ctx.cancelled.is_set():  # its first request, or a retry of the client's own
             if slot.aborted is None:
-                slot.aborted = HostResult(HostStatus.ABORTED, error="stopped: not sent again")
-            raise MCPError(_NOT_SENT, "stopped: turnwatch sends no more of this call")
+                slot.aborted = HostResult(HostStatus.ABORTED, error="stopped before it was sent")
+            raise MCPError(_NOT_SENT, "stopped: turnwatch sends no request of this call")
         rid = mint_request_id()
         sent: CallOptions = {**(opts or {}), "request_id": rid}
         try:

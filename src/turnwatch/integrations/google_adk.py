@@ -24,7 +24,8 @@ Wrapped:
 - :class:`StoppableRunner` runs ``runner.run_async`` as one turn of a session (``session=``,
   ADK's ``session_id`` unless given). ``await runtime.abort(session)`` is the stop: calls in
   flight are walked by class (read-only ones discarded, process ones ended within the grace
-  window, mutating and extension ones awaited), each gets its function response with its real
+  window, mutating and extension ones awaited, an MCP tool's server told of the stop, its
+  cancel naming the call's own request), each gets its function response with its real
   outcome (:func:`~turnwatch.integrations.wrappers.stopped_words`; a write completed after the
   stop, its real result), and only then is ADK's own ``abort_signal`` set: the model is not asked
   again, and ADK has no unanswered call to seal as aborted. A stop while the model runs sets it
@@ -50,6 +51,7 @@ from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.mcp_tool.mcp_tool import McpTool
 from google.adk.tools.tool_context import ToolContext
 from google.adk.utils._sync_runner import _use_executor_for_sync_callables
+from mcp import ClientSession
 
 from turnwatch.integrations import google_adk_confirmations as confirmations
 from turnwatch.integrations.daemon_threads import DAEMONS
@@ -62,6 +64,7 @@ from turnwatch.integrations.wrappers import (
     join_current_trace,
     stop_on_cancel,
     stopped_words,
+    tap_session,
     warn_unwrapped,
 )
 from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
@@ -140,6 +143,9 @@ class TurnwatchPlugin(BasePlugin):
             return
         if tool.name not in self.classes:
             self.learn(tool)
+        if isinstance(tool, McpTool):
+            _tap_sessions(tool)
+            self.dispatch.host_tool(tool.name)  # its request needs the call's stop
         original = tool.run_async
 
         async def run_async(*, args: dict[str, Any], tool_context: ToolContext) -> Any:
@@ -186,6 +192,26 @@ _MARK = "_turnwatch_wrapped"
 _PLUGIN: contextvars.ContextVar[TurnwatchPlugin | None] = contextvars.ContextVar(
     "turnwatch_adk_plugin", default=None
 )
+
+
+def _tap_sessions(tool: McpTool) -> None:
+    """Each session ``tool``'s session manager hands out, tapped (:func:`tap_session`): a
+    ``tools/call`` sent from a wrapped call goes under an id the stop's cancel names. ADK opens
+    sessions per call (pooled by headers), so the manager's ``create_session`` is wrapped, once;
+    the manager is ADK's private ``_mcp_session_manager`` (google-adk pinned, tested)."""
+    manager = tool._mcp_session_manager  # noqa: SLF001
+    if getattr(manager.create_session, _MARK, False):
+        return
+    create = manager.create_session
+
+    async def create_session(*args: Any, **kwargs: Any) -> Any:
+        session = await create(*args, **kwargs)
+        if isinstance(session, ClientSession):
+            tap_session(session)
+        return session
+
+    setattr(create_session, _MARK, True)
+    manager.create_session = create_session  # type: ignore[method-assign]
 
 
 async def _run_tool(req: tuple[Callable[..., Awaitable[Any]], dict[str, Any], ToolContext]) -> Any:

@@ -16,7 +16,8 @@ Every tool runs under the policy of its class, from its metadata (``{"turnwatch_
   group per call, SIGTERM at the stop, the grace window, then SIGKILL; the output is kept.
 - ``mutating`` and ``extension`` (tools of other toolsets, such as MCP servers): awaited. The
   framework's cancel does not reach them: they run in the runtime's task, and the turn settles
-  only once they returned.
+  only once they returned. An ``MCPToolset``'s server is told of the stop, its cancel naming
+  the call's own request (:mod:`.pydantic_ai_mcp`).
 
 A stop is ``rt.abort(session)`` from anywhere (the UI, the control socket, the watchdog): it
 cancels the run the framework's own way (``RunContext.cancel()`` of that run alone) and returns
@@ -60,6 +61,7 @@ from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
 from turnwatch.integrations.daemon_threads import DAEMONS
+from turnwatch.integrations.pydantic_ai_mcp import tap_mcp_tool
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
     RUN_TURN,
@@ -151,6 +153,8 @@ class _Wrap(AbstractCapability[Any]):
         handler: Any,
     ) -> Any:
         owner, call_id = self.owner, call.tool_call_id
+        if tool_def.name not in owner.classes and tap_mcp_tool(ctx, tool_def.name):
+            owner.dispatch.host_tool(tool_def.name)  # its request needs the call's stop
         # The run an approval allowed of a tool that asked its user itself: the prompt's call.
         ours = owner.dispatch.renamed.pop((self.turn.session.id, call_id), call_id)
         value, error, result = await owner.dispatch.run(

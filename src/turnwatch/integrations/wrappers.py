@@ -259,6 +259,15 @@ class Dispatcher:
                 raise ToolClassError(f"tool {name!r} is already a tool of this host")
             self.host.register(name, self.execute)
 
+    def host_tool(self, name: str) -> None:
+        """Run the calls of tool ``name`` on the host whatever their class (a tool whose body
+        needs its call's stop, as an MCP server's request does to be cancelled at its
+        server); a name the host has for a tool of its own stays as it was."""
+        fn = self.host.tools.get(name)
+        if fn is None or fn == self.execute:
+            self.host.register(name, self.execute)
+            self.hosted.add(name)
+
     def slot(self, session: str, call_id: str) -> Slot:
         key = (session, call_id)
         if key not in self.slots:
@@ -338,13 +347,14 @@ class Dispatcher:
         # stop within the grace window (run_command); the others run to their end.
         try:
             slot.value = await task
-        except CommandAbortedError:
-            assert slot.aborted is not None
-            return slot.aborted
         except Exception as exc:  # the framework gets it back as it was raised
-            slot.error = exc
-            return _raised(exc, slot.pauses)
-        return _OK
+            if slot.aborted is None:
+                slot.error = exc
+                return _raised(exc, slot.pauses)
+        # What the body ran under the call said the stop ended it (a command run_command ended,
+        # an MCP server's error reply to the cancel): the call is aborted, whatever the
+        # framework made of it (raised, or an error text for its model).
+        return _OK if slot.aborted is None else slot.aborted
 
 
 def _raised(exc: Exception, pauses: tuple[type[BaseException], ...]) -> HostResult:

@@ -31,7 +31,8 @@ The SDK's gaps, and what the wrapper does about each:
   records ``permission.late``.
 - An MCP server's tools (``Agent(mcp_servers=[...])``, which the SDK builds as each model turn
   begins) are wrapped as they come: ``extension`` calls (unless ``classes=`` says otherwise),
-  awaited at a stop until the server replied.
+  awaited at a stop until the server replied, the server told of the stop (its cancel naming
+  the call's own request).
 - A shell tool with a local executor (``ShellTool``, ``LocalShellTool``): each shell call a
   turnwatch call; :func:`shell_executor` (:func:`local_shell_executor`) runs the model's
   commands contained, as a ``process`` call (:mod:`.shell`).

@@ -37,7 +37,6 @@ from turnwatch.integrations.wrappers import (
     CLASS_KEY,
     RUN_TURN,
     STOPPED,
-    CommandAbortedError,
     ToolClassError,
     UnwrappedToolWarning,
     declared_class,
@@ -181,7 +180,7 @@ class StoppableRunner:
             given = self._given.get(tool.name, ToolClass.EXTENSION)
             self.classes[tool.name] = declared_class(tool.name, {CLASS_KEY: given}, self._default)
             self.dispatch.add_tools([tool.name])
-            self.dispatch.hosted.add(tool.name)  # on the host: its request needs the call's stop
+            self.dispatch.host_tool(tool.name)  # its request needs the call's stop
         return dataclasses.replace(tool, on_invoke_tool=self._invoker(tool))
 
     def _classify(self, name: str, marked: ToolClass | str | None, fn: object) -> None:
@@ -284,19 +283,16 @@ class StoppableRunner:
     ) -> Any:
         """``run()`` (the SDK's own execution of a call of ``name``) as a turnwatch call of
         ``turn``: what the SDK is given back."""
-        key = (turn.session.id, CALL_SCOPE.get() + call_id)
+        ours = CALL_SCOPE.get() + call_id
 
         async def handler(_args: Any) -> Any:
-            slot = self.dispatch.slots.get(key)  # the host's dispatcher runs it: a process call
-            value = await run()
-            if slot is not None and slot.aborted is not None:
-                # The SDK turned run_command's CommandAbortedError into an error message for
-                # the model; the call was aborted, and its result is the ledger's.
-                raise CommandAbortedError(slot.aborted.error or "stopped")
-            return value
+            # The SDK turns run_command's CommandAbortedError (or an MCP server's answer to
+            # the cancel) into an error message for its model; the host's dispatcher still
+            # ends the call aborted (the slot says so), and the result is the ledger's.
+            return await run()
 
         value, error, result = await self.dispatch.run(
-            turn, name, self.classes[name], key[1], args, handler, None
+            turn, name, self.classes[name], ours, args, handler, None
         )
         if result.outcome is Outcome.COMPLETED:
             return value
