@@ -272,3 +272,9 @@ class PastCalls(Protocol):
         """True if ``call`` of ``session`` was recorded resolved: a prompt it had was answered
         or closed by a stop, and no answer can start it any more."""
         ...
+
+    # Optional (a ``past=`` without it numbers a session's turns from 1, as before):
+    #
+    # def last_turn(self, session: str) -> int:
+    #     """N of the latest numbered turn (``{session}.tN``) recorded of ``session``; the
+    #     runtime numbers its turns of a session it serves again on from there (0: none)."""

@@ -55,9 +55,11 @@ class Runtime:
     recorded and nothing is built. ``clock`` measures the grace window (a test's ManualClock
     makes it instant). ``past`` is what runtimes before this one recorded (a ledger's,
     :class:`turnwatch.tracing.past_calls.LedgerCalls`): a prompt their stop closed is refused
-    to an answer sent after a restart. Not given, it is the sink's own record, when the sink
-    keeps one (a :class:`~turnwatch.tracing.Ledger`, or a ``Telemetry`` or :class:`FanOut`
-    holding one): the file this runtime writes is what the one before it wrote.
+    to an answer sent after a restart, and a session they served numbers its turns on from
+    theirs (no turn or call id of it is one they recorded). Not given, it is the sink's own
+    record, when the sink keeps one (a :class:`~turnwatch.tracing.Ledger`, or a ``Telemetry``
+    or :class:`FanOut` holding one): the file this runtime writes is what the one before it
+    wrote.
     """
 
     def __init__(
@@ -151,7 +153,10 @@ class Runtime:
         if session_id in self.sessions:
             return self.sessions[session_id]
         self._evict_due()
-        sess = Session(self.env, session_id, self.retention.exhume(session_id))
+        tomb = self.retention.exhume(session_id)
+        sess = Session(
+            self.env, session_id, tomb, numbered=self._last_turn(session_id) if tomb is None else 0
+        )
         self.sessions[session_id] = sess
         attrs: dict[str, Any] = {
             names.K_PID: self._pid,
@@ -165,6 +170,12 @@ class Runtime:
             attrs[names.K_PARENT_SESSION] = parent_session
         self.emit(names.RUNTIME_STARTED, session_id, attrs=attrs)
         return sess
+
+    def _last_turn(self, session_id: str) -> int:
+        """The last turn number runtimes before this one recorded of ``session_id`` (``past``,
+        when it counts turns), so that a session served again after a restart numbers on."""
+        last_turn = getattr(self.past, "last_turn", None)
+        return int(last_turn(session_id)) if callable(last_turn) else 0
 
     def evicted(self, session_id: str) -> bool:
         """True if ``session_id`` was served here and evicted (its tombstone is kept)."""

@@ -63,7 +63,14 @@ def _hashes(turn: Turn) -> Iterator[int]:
 class Session:
     """A conversation: one live turn at a time; ``processing`` is the UI's spinner."""
 
-    def __init__(self, env: SessionEnv, session_id: str, past: Tombstone | None = None) -> None:
+    def __init__(
+        self,
+        env: SessionEnv,
+        session_id: str,
+        past: Tombstone | None = None,
+        *,
+        numbered: int = 0,
+    ) -> None:
         self.env = env
         self.id = session_id
         self.admission = Admission(env.max_running)
@@ -77,7 +84,9 @@ class Session:
         # how many there were and the hashes of their ids, which stay used (None: none yet).
         self.folded_turns = past.turns if past is not None else 0
         self.history = UsedIds(past.used) if past is not None else None
-        self._turn_seq = itertools.count(self.folded_turns + 1)
+        # Numbered on from its folded turns, or (``numbered``) from the last a runtime before
+        # this one recorded: a turn id, and the call ids made of it, are never used twice.
+        self._turn_seq = itertools.count(max(self.folded_turns, numbered) + 1)
 
     def emit(self, kind: str, turn: str | None, attrs: Mapping[str, Any] | None = None) -> None:
         sink = self.env.call.sink
