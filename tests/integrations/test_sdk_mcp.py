@@ -195,3 +195,49 @@ async def test_wrapped_a_read_only_mcp_call_is_discarded_and_its_server_told(
         await until(lambda: request in logged(tmp_path / "cancels"), what="the server told")
     assert outcomes(sink) == {"d1": "discarded"}
     no_violations(sink)
+
+
+async def test_wrapped_a_stop_cancels_each_call_by_its_own_request_and_no_other_sessions(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    """Two calls of one turn in flight, and a call of another session on the same server (one
+    connection, one session of the SDK's): the stop of the first session cancels its two calls,
+    each by its own request, and nothing of the other session's."""
+    server = MCPServerStdio(
+        params={
+            "command": sys.executable,
+            "args": [
+                *("-m", "turnwatch.testing_mcp"),
+                *("--log", str(tmp_path / "cancels"), "--calls", str(tmp_path / "calls")),
+            ],
+        },
+        name="ops",
+        client_session_timeout_seconds=30,
+    )
+    two = scripted(("deploy", {"seconds": 1.0}, "a1"), ("deploy", {"seconds": 1.0}, "a2"))
+    one = scripted(("deploy", {"seconds": 1.0}, "b1"))
+    runner = StoppableRunner(Agent(name="a", model=two, mcp_servers=[server]), runtime)
+    other = StoppableRunner(Agent(name="b", model=one, mcp_servers=[server]), runtime)
+    async with server:
+        stopped_run = asyncio.ensure_future(runner.run("go", session="s"))
+        other_run = asyncio.ensure_future(other.run("go", session="o"))
+        await until(lambda: len(logged(tmp_path / "calls")) == 3, what="the three calls")
+        assert await runtime.abort("s") is Receipt.ACCEPTED
+        with pytest.raises(RunStopped):
+            await stopped_run
+        result = await other_run
+    (reply,) = [str(i.output) for i in result.new_items if type(i).__name__ == "ToolCallOutputItem"]
+    assert "deploy finished" in reply
+    assert "cancel ignored" not in reply
+    by_call = {str(e.call): e.session for e in sink.of(names.TOOL_FINISHED) if e.call is not None}
+    assert by_call == {"a1": "s", "a2": "s", "b1": "o"}
+    assert outcomes(sink) == {
+        "a1": "completed_after_stop",
+        "a2": "completed_after_stop",
+        "b1": "completed",
+    }
+    cancels = logged(tmp_path / "cancels")
+    assert len(cancels) == 2
+    assert len(set(cancels)) == 2
+    assert set(cancels) < set(logged(tmp_path / "calls"))  # two of the three requests
+    no_violations(sink)
