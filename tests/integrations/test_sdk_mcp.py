@@ -30,11 +30,17 @@ DEPLOY_S = 1.5
 
 
 def deploying(
-    tmp_path: Path, *, seconds: float = DEPLOY_S, tool: str = "deploy", retries: int = 0
+    tmp_path: Path,
+    *,
+    seconds: float = DEPLOY_S,
+    tool: str = "deploy",
+    retries: int = 0,
+    approval: Any = None,
 ) -> tuple[Agent[Any], MCPServerStdio]:
     """An agent whose model calls the server's ``tool`` once (call ``d1``), and the server
-    (which retries a failed call ``retries`` times); the server appends each request's id to
-    ``calls`` and each cancel's to ``cancels``."""
+    (which retries a failed call ``retries`` times, and asks ``approval`` of its calls as the
+    SDK's ``require_approval``); the server appends each request's id to ``calls`` and each
+    cancel's to ``cancels``."""
     server = MCPServerStdio(
         params={
             "command": sys.executable,
@@ -51,6 +57,7 @@ def deploying(
         client_session_timeout_seconds=30,
         max_retry_attempts=retries,
         retry_backoff_seconds_base=0.05,
+        require_approval=approval,
     )
     agent = Agent(
         name="a", model=scripted((tool, {"seconds": seconds}, "d1")), mcp_servers=[server]
@@ -240,4 +247,41 @@ async def test_wrapped_a_stop_cancels_each_call_by_its_own_request_and_no_other_
     assert len(cancels) == 2
     assert len(set(cancels)) == 2
     assert set(cancels) < set(logged(tmp_path / "calls"))  # two of the three requests
+    no_violations(sink)
+
+
+async def test_wrapped_an_mcp_call_approved_after_the_stop_never_reaches_its_server(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    """The SDK's own approval of an MCP server's calls (``require_approval``): the prompt is the
+    turn's, the stop closes it, and an approval given after it never sends the call."""
+    agent, server = deploying(tmp_path, seconds=0.1, approval="always")
+    runner = StoppableRunner(agent, runtime)
+    async with server:
+        result = await runner.run("go", session="s")
+        (item,) = result.interruptions
+        await sink.wait_for(names.PERMISSION_REQUESTED)
+        assert await runtime.abort("s") is Receipt.ACCEPTED
+        state = result.to_state()
+        state.approve(item)
+        await runner.run(state, session="s")
+        await asyncio.sleep(0.3)  # a call sent would have reached the server by now
+    assert logged(tmp_path / "calls") == []
+    assert names.PERMISSION_LATE in [e.kind for e in sink]
+    no_violations(sink)
+
+
+async def test_wrapped_an_mcp_call_approved_in_time_runs_as_the_prompts_call(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    agent, server = deploying(tmp_path, seconds=0.1, approval="always")
+    runner = StoppableRunner(agent, runtime)
+    async with server:
+        result = await runner.run("go", session="s")
+        state = result.to_state()
+        state.approve(result.interruptions[0])
+        result = await runner.run(state, session="s")
+    assert result.final_output == "done"
+    assert len(logged(tmp_path / "calls")) == 1
+    assert outcomes(sink) == {"d1": "completed"}
     no_violations(sink)
