@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -193,6 +194,16 @@ class Server:
             _append(self.log, target)
         elif rid is not None and method is not None:
             self.send({"id": rid, "result": {}})  # ping and friends
+
+
+def logged(path: str | os.PathLike[str]) -> list[str]:
+    """The request ids a server wrote to ``path`` (its ``--log`` or ``--calls``), in order;
+    none if it wrote nothing yet."""
+    try:
+        with open(path) as fh:
+            return fh.read().split()
+    except FileNotFoundError:
+        return []
 
 
 def _append(path: str | None, rid: Any) -> None:

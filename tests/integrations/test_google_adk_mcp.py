@@ -38,6 +38,7 @@ from turnwatch import names
 from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin
 from turnwatch.runtime import MemorySink, Receipt, Runtime
 from turnwatch.testing import check_invariants
+from turnwatch.testing_mcp import logged
 
 # ADK 2.13 reads an MCP tool's fields by their MCP SDK 1.x names (inputSchema, outputSchema);
 # once fastmcp is imported (pydantic-ai's MCP toolsets, in another test), those names warn.
@@ -57,11 +58,6 @@ def toolset(log: Path) -> McpToolset:
         args=["-m", "turnwatch.testing_mcp", "--log", str(log), "--calls", f"{log}.calls"],
     )
     return McpToolset(connection_params=StdioConnectionParams(server_params=server, timeout=30))
-
-
-def logged(path: Path) -> list[str]:
-    """The request ids the server wrote to ``path``, in order."""
-    return path.read_text().split() if path.exists() else []
 
 
 async def closed(tools: McpToolset) -> None:

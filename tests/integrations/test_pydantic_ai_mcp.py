@@ -25,6 +25,7 @@ from tests.integrations.test_pydantic_ai import calls, no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.pydantic_ai import StoppableAgent
 from turnwatch.runtime import MemorySink, Receipt, Runtime
+from turnwatch.testing_mcp import logged
 
 DEPLOY_S = 1.5
 
@@ -55,11 +56,6 @@ def deploying_agent(log: Path, reports: Reports, tool: str = "deploy") -> Agent[
     )
     model = FunctionModel(calls(ToolCallPart(tool, {"seconds": DEPLOY_S}, "d1")))
     return Agent(model, toolsets=[MCPToolset(server, progress_handler=reports)])
-
-
-def logged(path: Path) -> list[str]:
-    """The request ids the server wrote to ``path``, in order."""
-    return path.read_text().split() if path.exists() else []
 
 
 async def test_native_a_stop_returns_while_the_mcp_call_runs_on(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from tests.integrations.test_pydantic_ai import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.openai_agents import RunStopped, StoppableRunner, ToolClassError
 from turnwatch.runtime import MemorySink, Receipt, Runtime
+from turnwatch.testing_mcp import logged
 
 DEPLOY_S = 1.5
 
@@ -63,11 +64,6 @@ def deploying(
         name="a", model=scripted((tool, {"seconds": seconds}, "d1")), mcp_servers=[server]
     )
     return agent, server
-
-
-def logged(path: Path) -> list[str]:
-    """The request ids the server wrote to ``path``, in order."""
-    return path.read_text().split() if path.exists() else []
 
 
 def begun(tmp_path: Path) -> bool:
