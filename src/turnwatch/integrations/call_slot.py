@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from mcp import ClientSession
@@ -29,6 +30,8 @@ from turnwatch.runtime.tools.mcp import (
     send_call,
 )
 from turnwatch.runtime.tools.process import run_process
+
+_log = logging.getLogger("turnwatch.integrations")
 
 __all__ = [
     "CURRENT",
@@ -151,6 +154,8 @@ async def call_mcp_tool(
 
 #: Marks a session's dispatcher :func:`tap_session` tapped, so it is tapped once.
 _TAPPED = "_turnwatch_tapped"
+#: Dispatcher types found untappable, each said once.
+_UNTAPPABLE: set[type[Any]] = set()
 #: JSON-RPC's "request cancelled" (as servers answer a cancelled request): the code of a request
 #: a stopped call would have sent, and did not.
 _NOT_SENT = -32800
@@ -169,17 +174,40 @@ def tap_session(session: ClientSession) -> None:
     ``aborted``. Requests sent outside a wrapped call are untouched. Idempotent.
     """
     # The dispatcher is where a request's id can be given (``CallOptions``; mcp 2.x, pinned).
-    dispatcher: Any = session._dispatcher  # noqa: SLF001
+    dispatcher: Any = getattr(session, "_dispatcher", None)
     if getattr(dispatcher, _TAPPED, False):
         return
-    send = dispatcher.send_raw_request
+    send = getattr(dispatcher, "send_raw_request", None)
+    try:
+        if send is None:
+            raise AttributeError("send_raw_request")
+        dispatcher.send_raw_request = _stoppable(session, send)
+        setattr(dispatcher, _TAPPED, True)
+    except AttributeError:
+        # An mcp of another shape than the one pinned: its calls are still awaited at a stop,
+        # as every extension call is, but their server is not told. Said once, not raised: a
+        # run must not fail for it.
+        if type(dispatcher) not in _UNTAPPABLE:
+            _UNTAPPABLE.add(type(dispatcher))
+            _log.warning(
+                "turnwatch: cannot tap this MCP session (%s): at a stop its calls are awaited "
+                "without telling their server",
+                type(dispatcher).__name__,
+            )
+
+
+def _stoppable(
+    session: ClientSession, send: Callable[..., Awaitable[dict[str, Any]]]
+) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """``send`` (a dispatcher's ``send_raw_request``), its ``tools/call`` requests sent from a
+    hosted call's body made stoppable (see :func:`tap_session`)."""
 
     async def send_raw_request(
         method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None, **kw: Any
     ) -> dict[str, Any]:
         slot = CURRENT.get()
         if method != "tools/call" or slot is None or slot.ctx is None:
-            return dict(await send(method, params, opts, **kw))
+            return await send(method, params, opts, **kw)
         ctx = slot.ctx
         if ctx.cancelled.is_set():  # its first request, or a retry of the client's own
             if slot.aborted is None:
@@ -194,5 +222,4 @@ def tap_session(session: ClientSession) -> None:
                 slot.aborted = HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
             raise
 
-    dispatcher.send_raw_request = send_raw_request
-    setattr(dispatcher, _TAPPED, True)
+    return send_raw_request
