@@ -19,6 +19,7 @@ import pytest
 from agents import (
     Agent,
     ApplyPatchTool,
+    CustomTool,
     Runner,
     WebSearchTool,
     function_tool,
@@ -366,16 +367,24 @@ def test_a_failed_sdk_function_span_is_an_error_and_keeps_no_input() -> None:
 
 
 def test_local_tools_the_wrapper_cannot_reach_are_named_when_it_is_made(runtime: Runtime) -> None:
-    """The SDK's apply-patch tool runs here, not as a tool the wrapper makes calls of: said, not
-    silently left to the SDK's own cancel."""
+    """The SDK's custom tools run here, not as tools the wrapper makes calls of: said, not
+    silently left to the SDK's own cancel. Its apply-patch tool is wrapped (not named)."""
 
     class Editor:
         def create_file(self, operation: Any) -> None: ...
         def update_file(self, operation: Any) -> None: ...
         def delete_file(self, operation: Any) -> None: ...
 
-    tools: list[Any] = [ApplyPatchTool(editor=Editor()), WebSearchTool()]
+    async def grammar(ctx: Any, text: str) -> str:
+        return text
+
+    tools: list[Any] = [
+        ApplyPatchTool(editor=Editor()),
+        CustomTool(name="sql", description="Run SQL.", on_invoke_tool=grammar),
+        WebSearchTool(),
+    ]
     agent = Agent(name="a", model=scripted(), tools=tools)
-    with pytest.warns(UnwrappedToolWarning, match="'apply_patch' \\(ApplyPatchTool\\)") as seen:
+    with pytest.warns(UnwrappedToolWarning, match="'sql' \\(CustomTool\\)") as seen:
         StoppableRunner(agent, runtime)
     assert "web_search" not in str(seen[0].message)  # the provider's: nothing of it runs here
+    assert "apply_patch" not in str(seen[0].message)  # wrapped: each operation a call

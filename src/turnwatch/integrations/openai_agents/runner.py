@@ -29,6 +29,8 @@ from agents.tool_context import ToolContext
 from mcp import ClientSession
 
 from turnwatch.integrations.daemon_threads import DAEMONS
+from turnwatch.integrations.openai_agents.apply_patch import install as install_patch_ids
+from turnwatch.integrations.openai_agents.apply_patch import wrapped_patch
 from turnwatch.integrations.openai_agents.nesting import CALL_SCOPE, agent_of, nested_run
 from turnwatch.integrations.openai_agents.shell import shell_class, wrapped_shell
 from turnwatch.integrations.openai_agents.spans import FunctionSpans, traceparent
@@ -54,8 +56,8 @@ __all__ = ["StoppableRunner", "UnwrappedToolWarning", "tool_class", "typed_invok
 
 
 #: The SDK's tools, other than function tools and shell tools, that run in this process.
-_LOCAL = (ApplyPatchTool, ComputerTool, CustomTool)
-_T = TypeVar("_T", FunctionTool, ShellTool, LocalShellTool)
+_LOCAL = (ComputerTool, CustomTool)
+_T = TypeVar("_T", FunctionTool, ShellTool, LocalShellTool, ApplyPatchTool)
 
 _Pair = tuple[Agent[Any], Agent[Any]]  # an agent, and its wrapped clone
 
@@ -79,7 +81,8 @@ def typed_invoker(invoke: Any) -> Any:
 
 
 def tool_class(tool: _T, cls: ToolClass | str) -> _T:
-    """Mark ``tool`` (a function tool, a ``ShellTool`` or a ``LocalShellTool``) with its
+    """Mark ``tool`` (a function tool, a ``ShellTool``, a ``LocalShellTool`` or an
+    ``ApplyPatchTool``) with its
     turnwatch class (the SDK's tools carry no metadata of their own)."""
     setattr(tool, CLASS_KEY, declared_class(tool.name, {CLASS_KEY: cls}, ToolClass.MUTATING).value)
     return tool
@@ -138,6 +141,10 @@ class StoppableRunner:
             if isinstance(tool, (ShellTool, LocalShellTool)) and tool.executor is not None:
                 self._classify(tool.name, shell_class(tool), tool.executor)
                 tool = wrapped_shell(tool, self._call)
+            elif isinstance(tool, ApplyPatchTool):
+                self._classify(tool.name, getattr(tool, CLASS_KEY, None), None, processes=False)
+                install_patch_ids()
+                tool = wrapped_patch(tool, self._call)
             elif isinstance(tool, _LOCAL):  # (a hosted shell tool, no executor: runs nothing here)
                 self._unreached[tool.name] = type(tool).__name__
             if isinstance(tool, FunctionTool):
@@ -183,10 +190,15 @@ class StoppableRunner:
             self.dispatch.host_tool(tool.name)  # its request needs the call's stop
         return dataclasses.replace(tool, on_invoke_tool=self._invoker(tool))
 
-    def _classify(self, name: str, marked: ToolClass | str | None, fn: object) -> None:
+    def _classify(
+        self, name: str, marked: ToolClass | str | None, fn: object, *, processes: bool = True
+    ) -> None:
         """The class of tool ``name`` (``classes=``, else what the tool is ``marked``, else the
-        default); ``fn``: what runs its calls (a process tool's must be async)."""
+        default); ``fn``: what runs its calls (a process tool's must be async); ``processes``
+        False: a tool that runs no process of turnwatch's, never ``process``."""
         cls = declared_class(name, {CLASS_KEY: self._given.get(name, marked)}, self._default)
+        if cls is ToolClass.PROCESS and not processes:
+            raise ToolClassError(f"tool {name!r} runs no process of turnwatch's: never process")
         require_async_process(name, cls, fn, f"{__name__}.run_command")
         if self.classes.get(name, cls) is not cls:
             raise ToolClassError(
