@@ -19,6 +19,7 @@ import pytest
 from agents import (
     Agent,
     ApplyPatchTool,
+    ComputerTool,
     CustomTool,
     Runner,
     WebSearchTool,
@@ -367,8 +368,9 @@ def test_a_failed_sdk_function_span_is_an_error_and_keeps_no_input() -> None:
 
 
 def test_local_tools_the_wrapper_cannot_reach_are_named_when_it_is_made(runtime: Runtime) -> None:
-    """The SDK's custom tools run here, not as tools the wrapper makes calls of: said, not
-    silently left to the SDK's own cancel. Its apply-patch tool is wrapped (not named)."""
+    """The SDK's computer tool runs here, not as a tool the wrapper makes calls of: said, not
+    silently left to the SDK's own cancel. Its apply-patch and custom tools are wrapped (not
+    named)."""
 
     class Editor:
         def create_file(self, operation: Any) -> None: ...
@@ -381,10 +383,15 @@ def test_local_tools_the_wrapper_cannot_reach_are_named_when_it_is_made(runtime:
     tools: list[Any] = [
         ApplyPatchTool(editor=Editor()),
         CustomTool(name="sql", description="Run SQL.", on_invoke_tool=grammar),
+        ComputerTool(computer=object()),  # never used: the model asks for nothing
         WebSearchTool(),
     ]
     agent = Agent(name="a", model=scripted(), tools=tools)
-    with pytest.warns(UnwrappedToolWarning, match="'sql' \\(CustomTool\\)") as seen:
+    with pytest.warns(
+        UnwrappedToolWarning, match="'computer_use_preview' \\(ComputerTool\\)"
+    ) as seen:
         StoppableRunner(agent, runtime)
-    assert "web_search" not in str(seen[0].message)  # the provider's: nothing of it runs here
-    assert "apply_patch" not in str(seen[0].message)  # wrapped: each operation a call
+    said = str(seen[0].message)
+    assert "web_search" not in said  # the provider's: nothing of it runs here
+    assert "apply_patch" not in said  # wrapped: each operation a call
+    assert "sql" not in said  # wrapped: each call a call

@@ -31,6 +31,7 @@ from mcp import ClientSession
 from turnwatch.integrations.daemon_threads import DAEMONS
 from turnwatch.integrations.openai_agents.apply_patch import install as install_patch_ids
 from turnwatch.integrations.openai_agents.apply_patch import wrapped_patch
+from turnwatch.integrations.openai_agents.custom import wrapped_custom
 from turnwatch.integrations.openai_agents.nesting import CALL_SCOPE, agent_of, nested_run
 from turnwatch.integrations.openai_agents.shell import shell_class, wrapped_shell
 from turnwatch.integrations.openai_agents.spans import FunctionSpans, traceparent
@@ -56,8 +57,8 @@ __all__ = ["StoppableRunner", "UnwrappedToolWarning", "tool_class", "typed_invok
 
 
 #: The SDK's tools, other than function tools and shell tools, that run in this process.
-_LOCAL = (ComputerTool, CustomTool)
-_T = TypeVar("_T", FunctionTool, ShellTool, LocalShellTool, ApplyPatchTool)
+_LOCAL = (ComputerTool,)
+_T = TypeVar("_T", FunctionTool, ShellTool, LocalShellTool, ApplyPatchTool, CustomTool)
 
 _Pair = tuple[Agent[Any], Agent[Any]]  # an agent, and its wrapped clone
 
@@ -81,9 +82,9 @@ def typed_invoker(invoke: Any) -> Any:
 
 
 def tool_class(tool: _T, cls: ToolClass | str) -> _T:
-    """Mark ``tool`` (a function tool, a ``ShellTool``, a ``LocalShellTool`` or an
-    ``ApplyPatchTool``) with its
-    turnwatch class (the SDK's tools carry no metadata of their own)."""
+    """Mark ``tool`` (a function tool, a ``ShellTool``, a ``LocalShellTool``, an
+    ``ApplyPatchTool`` or a ``CustomTool``) with its turnwatch class (the SDK's tools carry no
+    metadata of their own)."""
     setattr(tool, CLASS_KEY, declared_class(tool.name, {CLASS_KEY: cls}, ToolClass.MUTATING).value)
     return tool
 
@@ -145,6 +146,9 @@ class StoppableRunner:
                 self._classify(tool.name, getattr(tool, CLASS_KEY, None), None, processes=False)
                 install_patch_ids()
                 tool = wrapped_patch(tool, self._call)
+            elif isinstance(tool, CustomTool):
+                self._classify(tool.name, getattr(tool, CLASS_KEY, None), tool.on_invoke_tool)
+                tool = wrapped_custom(tool, self._call)
             elif isinstance(tool, _LOCAL):  # (a hosted shell tool, no executor: runs nothing here)
                 self._unreached[tool.name] = type(tool).__name__
             if isinstance(tool, FunctionTool):
