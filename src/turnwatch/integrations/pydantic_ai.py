@@ -19,6 +19,9 @@ Every tool runs under the policy of its class, from its metadata (``{"turnwatch_
   only once they returned. An ``MCPToolset``'s server is told of the stop, its cancel naming
   the call's own request (:mod:`.pydantic_ai_mcp`).
 
+An output function (``output_type=fn``) is a call too, under the output tool call's id, of its
+tool's class, else ``default_class`` (:mod:`.pydantic_ai_capability`).
+
 A stop is ``rt.abort(session)`` from anywhere (the UI, the control socket, the watchdog): it
 cancels the run the framework's own way (``RunContext.cancel()`` of that run alone) and returns
 when every call is released; ``run()`` then raises ``RunCancelled``. A cancel of the framework's
@@ -52,16 +55,15 @@ from pydantic_ai import (
     ToolDenied,
 )
 from pydantic_ai.agent import AgentRunEvents
-from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, RunCancelled, UserError
+from pydantic_ai.exceptions import RunCancelled, UserError
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.result import StreamedRunResult
 from pydantic_ai.run import AgentRun, AgentRunResult
-from pydantic_ai.tools import RunContext, ToolDefinition
+from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
 from turnwatch.integrations.daemon_threads import DAEMONS
-from turnwatch.integrations.pydantic_ai_mcp import tap_mcp_tool
+from turnwatch.integrations.pydantic_ai_capability import TurnCapability
 from turnwatch.integrations.wrappers import (
     CLASS_KEY,
     RUN_TURN,
@@ -71,14 +73,13 @@ from turnwatch.integrations.wrappers import (
     ToolClassError,
     declared_class,
     dispatcher,
-    join_current_trace,
     require_async_process,
     resumed_id,
     run_command,
     stop_on_cancel,
 )
 from turnwatch.runtime.gate import Answer
-from turnwatch.runtime.model import Outcome, StopSource, ToolClass, TurnOutcome
+from turnwatch.runtime.model import StopSource, ToolClass, TurnOutcome
 from turnwatch.runtime.runtime import Runtime
 from turnwatch.runtime.turn import Turn
 
@@ -110,78 +111,6 @@ def tool_classes(agent: Agent[Any, Any], default: ToolClass) -> dict[str, ToolCl
             require_async_process(name, cls, tool.function, f"{__name__}.run_command")
             classes[name] = cls
     return classes
-
-
-# --- the framework side ---
-
-
-@dataclasses.dataclass
-class _Wrap(AbstractCapability[Any]):
-    """One run's capability: its tool calls go through the turn's calls."""
-
-    owner: StoppableAgent[Any, Any]
-    turn: Turn
-    #: The run's context, once it runs: a stop cancels this run alone through it (never a
-    #: token the user may share between runs).
-    run_ctx: RunContext[Any] | None = None
-    stopped: bool = False
-
-    def stop(self) -> None:
-        """The turn's stop reached the run (the walk follows in the same step)."""
-        self.stopped = True
-        if self.run_ctx is not None:
-            self.run_ctx.cancel()
-
-    async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
-        self.run_ctx = ctx
-        if self.stopped:  # the stop came as the run started
-            ctx.cancel()
-        # The run's span (pydantic-ai's invoke_agent, when instrumented) is the stop's parent.
-        join_current_trace(self.turn)
-        try:
-            return await handler()
-        finally:
-            self.run_ctx = None  # the run's whole context: not kept past the run
-
-    async def wrap_tool_execute(
-        self,
-        ctx: RunContext[Any],
-        *,
-        call: ToolCallPart,
-        tool_def: ToolDefinition,
-        args: Any,
-        handler: Any,
-    ) -> Any:
-        owner, call_id = self.owner, call.tool_call_id
-        if tool_def.name not in owner.classes and tap_mcp_tool(ctx, tool_def.name):
-            owner.dispatch.host_tool(tool_def.name)  # its request needs the call's stop
-        # The run an approval allowed of a tool that asked its user itself: the prompt's call.
-        ours = owner.dispatch.renamed.pop((self.turn.session.id, call_id), call_id)
-        value, error, result = await owner.dispatch.run(
-            self.turn,
-            tool_def.name,
-            owner.class_of(tool_def),
-            ours,
-            args if isinstance(args, dict) else {},
-            handler,
-            args,
-            _PAUSES,
-        )
-        if isinstance(error, _PAUSES):
-            raise error  # it ran until it asked its user (or deferred itself): the framework's
-        if result.outcome is Outcome.COMPLETED:
-            return value
-        if error is not None:
-            raise error
-        # Refused, discarded or aborted: the run is stopping. Let the framework end it its way.
-        ctx.cancel()
-        await asyncio.sleep(0)
-        raise RunCancelled(f"tool call {call_id} was {result.outcome}")
-
-
-#: What a tool raises to end its call asking its user (``ApprovalRequired``) or deferring itself
-#: to outside the run (``CallDeferred``): its call ran until then, and the framework goes on.
-_PAUSES = (ApprovalRequired, CallDeferred)
 
 
 @dataclasses.dataclass
@@ -338,7 +267,7 @@ class StoppableAgent(Generic[Deps, Out]):
             deferred = self._answer(session, deferred)
         if turn is None or turn.settled.done():
             turn = self.runtime.start_turn(session, parent=RUN_TURN.get())
-        wrap = _Wrap(self, turn)
+        wrap = TurnCapability(self, turn)
         run = _Run(turn, [*(capabilities or ()), wrap], deferred)
         turn.on_stop.append(wrap.stop)
         running = RUN_TURN.set(turn)
