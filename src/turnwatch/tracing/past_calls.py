@@ -48,7 +48,9 @@ class LedgerCalls:
             "SELECT ended_ts FROM calls WHERE session = ? AND call = ?",
             (storable_text(session), storable_text(call)),
         )
-        return rows is not None and bool(rows) and rows[0][0] is not None
+        if not rows:
+            return False
+        return rows[0][0] is not None
 
     def last_turn(self, session: str) -> int:
         """N of the latest numbered turn (``{session}.tN``) the ledger records of ``session``:
