@@ -230,13 +230,11 @@ def approval_agent(target: Path, ran: list[str]) -> Agent[Any]:
     return Agent(name="a", model=scripted(("write", {"path": str(target)}, "w1")), tools=[write])
 
 
-async def test_an_approval_given_after_the_stop_is_refused_and_recorded_late(
-    runtime: Runtime, sink: MemorySink, tmp_path: Path
+async def approved_after_the_stop(
+    runner: StoppableRunner, runtime: Runtime, sink: MemorySink
 ) -> None:
-    target = tmp_path / "f"
-    ran: list[str] = []
-    agent = approval_agent(target, ran)
-    runner = StoppableRunner(agent, runtime)
+    """A run of session ``s`` that ends asking one approval; the stop, the user's approval of
+    the prompt it closed, and the run resumed with it: the approval is recorded late."""
     result = await runner.run("go", session="s")
     (item,) = result.interruptions
     await sink.wait_for(names.PERMISSION_REQUESTED)
@@ -244,9 +242,27 @@ async def test_an_approval_given_after_the_stop_is_refused_and_recorded_late(
     state = result.to_state()
     state.approve(item)  # the user clicks "approve" on a prompt the stop already closed
     await runner.run(state, session="s")
+    assert names.PERMISSION_LATE in [e.kind for e in sink]
+
+
+async def approved_in_time(runner: StoppableRunner) -> Any:
+    """A run of session ``s`` that ends asking one approval, resumed with it given: its result."""
+    result = await runner.run("go", session="s")
+    state = result.to_state()
+    state.approve(result.interruptions[0])
+    return await runner.run(state, session="s")
+
+
+async def test_an_approval_given_after_the_stop_is_refused_and_recorded_late(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    target = tmp_path / "f"
+    ran: list[str] = []
+    await approved_after_the_stop(
+        StoppableRunner(approval_agent(target, ran), runtime), runtime, sink
+    )
     assert ran == []  # it never ran
     assert not target.exists()
-    assert names.PERMISSION_LATE in [e.kind for e in sink]
     no_violations(sink)
 
 

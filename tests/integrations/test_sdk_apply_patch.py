@@ -21,7 +21,11 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message
 from openai.types.responses import ResponseApplyPatchToolCall
 from openai.types.responses.response_apply_patch_tool_call import OperationCreateFile
 
-from tests.integrations.test_openai_agents import consume
+from tests.integrations.test_openai_agents import (
+    approved_after_the_stop,
+    approved_in_time,
+    consume,
+)
 from tests.integrations.test_pydantic_ai import no_violations, outcomes
 from tests.integrations.test_sdk_shell import streamed
 from turnwatch import names
@@ -37,8 +41,31 @@ CHUNKS = 20
 CHUNK_S = 0.05
 
 
+async def write_in_chunks(path: str, begun: asyncio.Event) -> None:
+    """Write ``path`` in CHUNKS chunks, CHUNK_S apart; ``begun`` is set at the first."""
+    with open(path, "w") as fh:
+        for _ in range(CHUNKS):
+            fh.write("x" * 10)
+            fh.flush()
+            begun.set()
+            await asyncio.sleep(CHUNK_S)
+
+
+async def stopped_while_writing(
+    runner: StoppableRunner, runtime: Runtime, begun: asyncio.Event, target: Path
+) -> None:
+    """A run of session ``s`` stopped while its call writes ``target``: ``abort()`` returns once
+    the file is whole, and the run raises RunStopped."""
+    run = asyncio.ensure_future(runner.run("go", session="s"))
+    await asyncio.wait_for(begun.wait(), 10)
+    assert await runtime.abort("s") is Receipt.ACCEPTED
+    assert target.stat().st_size == CHUNKS * 10
+    with pytest.raises(RunStopped):
+        await run
+
+
 class Editor:
-    """Writes a created file in CHUNKS chunks, CHUNK_S apart; ``begun`` is set at the first."""
+    """Writes a created file in chunks (:func:`write_in_chunks`)."""
 
     def __init__(self) -> None:
         self.begun = asyncio.Event()
@@ -46,12 +73,7 @@ class Editor:
 
     async def create_file(self, operation: ApplyPatchOperation) -> ApplyPatchResult:
         self.paths.append(operation.path)
-        with open(operation.path, "w") as fh:
-            for _ in range(CHUNKS):
-                fh.write("x" * 10)
-                fh.flush()
-                self.begun.set()
-                await asyncio.sleep(CHUNK_S)
+        await write_in_chunks(operation.path, self.begun)
         return ApplyPatchResult(status="completed", output=f"created {operation.path}")
 
     async def update_file(self, operation: ApplyPatchOperation) -> ApplyPatchResult:
@@ -92,14 +114,8 @@ async def test_wrapped_an_edit_in_flight_is_awaited_whole(
     runtime: Runtime, sink: MemorySink, tmp_path: Path
 ) -> None:
     target, editor = tmp_path / "f", Editor()
-    run = asyncio.ensure_future(
-        StoppableRunner(agent_with(editor, target), runtime).run("go", session="s")
-    )
-    await asyncio.wait_for(editor.begun.wait(), 10)
-    assert await runtime.abort("s") is Receipt.ACCEPTED
-    assert target.stat().st_size == CHUNKS * 10  # abort() returned once the file was whole
-    with pytest.raises(RunStopped):
-        await run
+    runner = StoppableRunner(agent_with(editor, target), runtime)
+    await stopped_while_writing(runner, runtime, editor.begun, target)
     started = sink.of(names.TOOL_STARTED)
     assert [(e.call, e.tool, e.attrs[names.K_CLASS]) for e in started] == [
         ("p1", "apply_patch", "mutating")
@@ -127,16 +143,9 @@ async def test_wrapped_an_edit_approved_after_the_stop_never_reaches_the_editor(
 ) -> None:
     target, editor = tmp_path / "f", Editor()
     runner = StoppableRunner(agent_with(editor, target, needs_approval=True), runtime)
-    result = await runner.run("go", session="s")
-    (item,) = result.interruptions
-    await sink.wait_for(names.PERMISSION_REQUESTED)
-    assert await runtime.abort("s") is Receipt.ACCEPTED
-    state = result.to_state()
-    state.approve(item)
-    await runner.run(state, session="s")
+    await approved_after_the_stop(runner, runtime, sink)
     assert editor.paths == []
     assert not target.exists()
-    assert names.PERMISSION_LATE in [e.kind for e in sink]
     no_violations(sink)
 
 
@@ -145,10 +154,7 @@ async def test_wrapped_an_edit_approved_in_time_runs_as_the_prompts_call(
 ) -> None:
     target, editor = tmp_path / "f", Editor()
     runner = StoppableRunner(agent_with(editor, target, needs_approval=True), runtime)
-    result = await runner.run("go", session="s")
-    state = result.to_state()
-    state.approve(result.interruptions[0])
-    result = await runner.run(state, session="s")
+    result = await approved_in_time(runner)
     assert result.final_output == "done"
     assert target.stat().st_size == CHUNKS * 10
     assert outcomes(sink) == {"p1": "completed"}

@@ -13,24 +13,26 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agents import Agent, CustomTool, Runner
 from agents.testing import ModelStep, ScriptedModel, assistant_message
 from openai.types.responses import ResponseCustomToolCall
 
-from tests.integrations.test_openai_agents import consume
+from tests.integrations.test_openai_agents import approved_after_the_stop, consume
 from tests.integrations.test_pydantic_ai import no_violations, outcomes
+from tests.integrations.test_sdk_apply_patch import (
+    CHUNK_S,
+    CHUNKS,
+    stopped_while_writing,
+    write_in_chunks,
+)
 from tests.integrations.test_sdk_shell import streamed
 from turnwatch import names
-from turnwatch.integrations.openai_agents import RunStopped, StoppableRunner, tool_class
-from turnwatch.runtime import MemorySink, Receipt, Runtime
-
-CHUNKS = 20
-CHUNK_S = 0.05
+from turnwatch.integrations.openai_agents import StoppableRunner, tool_class
+from turnwatch.runtime import MemorySink, Runtime
 
 
 class Writer:
-    """A custom tool's body: writes the file its input names in CHUNKS chunks, CHUNK_S apart."""
+    """A custom tool's body: writes the file its input names in chunks (``write_in_chunks``)."""
 
     def __init__(self) -> None:
         self.begun = asyncio.Event()
@@ -38,12 +40,7 @@ class Writer:
 
     async def __call__(self, ctx: Any, text: str) -> str:
         self.ran.append(text)
-        with open(text, "w") as fh:
-            for _ in range(CHUNKS):
-                fh.write("x" * 10)
-                fh.flush()
-                self.begun.set()
-                await asyncio.sleep(CHUNK_S)
+        await write_in_chunks(text, self.begun)
         return f"wrote {text}"
 
 
@@ -72,12 +69,7 @@ async def test_wrapped_a_call_in_flight_is_awaited_whole(
 ) -> None:
     target, writer = tmp_path / "f", Writer()
     runner = StoppableRunner(agent_with(writer, target), runtime)
-    run = asyncio.ensure_future(runner.run("go", session="s"))
-    await asyncio.wait_for(writer.begun.wait(), 10)
-    assert await runtime.abort("s") is Receipt.ACCEPTED
-    assert target.stat().st_size == CHUNKS * 10
-    with pytest.raises(RunStopped):
-        await run
+    await stopped_while_writing(runner, runtime, writer.begun, target)
     started = sink.of(names.TOOL_STARTED)
     assert [(e.call, e.tool, e.attrs[names.K_CLASS]) for e in started] == [
         ("w1", "write", "mutating")
@@ -103,15 +95,8 @@ async def test_wrapped_a_call_approved_after_the_stop_never_runs(
 ) -> None:
     target, writer = tmp_path / "f", Writer()
     runner = StoppableRunner(agent_with(writer, target, needs_approval=True), runtime)
-    result = await runner.run("go", session="s")
-    (item,) = result.interruptions
-    await sink.wait_for(names.PERMISSION_REQUESTED)
-    assert await runtime.abort("s") is Receipt.ACCEPTED
-    state = result.to_state()
-    state.approve(item)
-    await runner.run(state, session="s")
+    await approved_after_the_stop(runner, runtime, sink)
     assert writer.ran == []
-    assert names.PERMISSION_LATE in [e.kind for e in sink]
     no_violations(sink)
 
 

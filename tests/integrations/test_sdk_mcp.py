@@ -20,7 +20,12 @@ from agents import Agent, Runner
 from agents.mcp import MCPServerStdio
 
 from tests.conftest import until
-from tests.integrations.test_openai_agents import consume, scripted
+from tests.integrations.test_openai_agents import (
+    approved_after_the_stop,
+    approved_in_time,
+    consume,
+    scripted,
+)
 from tests.integrations.test_pydantic_ai import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.openai_agents import RunStopped, StoppableRunner, ToolClassError
@@ -252,18 +257,10 @@ async def test_wrapped_an_mcp_call_approved_after_the_stop_never_reaches_its_ser
     """The SDK's own approval of an MCP server's calls (``require_approval``): the prompt is the
     turn's, the stop closes it, and an approval given after it never sends the call."""
     agent, server = deploying(tmp_path, seconds=0.1, approval="always")
-    runner = StoppableRunner(agent, runtime)
     async with server:
-        result = await runner.run("go", session="s")
-        (item,) = result.interruptions
-        await sink.wait_for(names.PERMISSION_REQUESTED)
-        assert await runtime.abort("s") is Receipt.ACCEPTED
-        state = result.to_state()
-        state.approve(item)
-        await runner.run(state, session="s")
+        await approved_after_the_stop(StoppableRunner(agent, runtime), runtime, sink)
         await asyncio.sleep(0.3)  # a call sent would have reached the server by now
     assert logged(tmp_path / "calls") == []
-    assert names.PERMISSION_LATE in [e.kind for e in sink]
     no_violations(sink)
 
 
@@ -271,12 +268,8 @@ async def test_wrapped_an_mcp_call_approved_in_time_runs_as_the_prompts_call(
     runtime: Runtime, sink: MemorySink, tmp_path: Path
 ) -> None:
     agent, server = deploying(tmp_path, seconds=0.1, approval="always")
-    runner = StoppableRunner(agent, runtime)
     async with server:
-        result = await runner.run("go", session="s")
-        state = result.to_state()
-        state.approve(result.interruptions[0])
-        result = await runner.run(state, session="s")
+        result = await approved_in_time(StoppableRunner(agent, runtime))
     assert result.final_output == "done"
     assert len(logged(tmp_path / "calls")) == 1
     assert outcomes(sink) == {"d1": "completed"}
