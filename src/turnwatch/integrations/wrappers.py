@@ -59,8 +59,8 @@ _STARTED = Started()
 
 class UnwrappedToolWarning(TurnwatchError, UserWarning):
     """Something of an agent runs in this process outside any turnwatch call: a tool the wrapper
-    cannot make a call of (the OpenAI Agents SDK's apply-patch, computer and custom
-    tools), or code an agent's code executor runs (ADK's local ones)."""
+    cannot make a call of (the OpenAI Agents SDK's computer tool), or code an agent's code
+    executor runs (ADK's local ones)."""
 
 
 def warn_unwrapped(who: str, unreached: Mapping[str, str]) -> None:

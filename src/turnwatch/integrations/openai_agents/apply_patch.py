@@ -18,7 +18,6 @@ move it, an operation goes under an id of the turn's own.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from contextvars import ContextVar
 from typing import Any
 
@@ -27,7 +26,7 @@ from agents.editor import ApplyPatchOperation
 from agents.run_internal.tool_actions import ApplyPatchAction
 from agents.run_internal.tool_execution import extract_apply_patch_call_id
 
-from turnwatch.integrations.openai_agents.shell import RunCall
+from turnwatch.integrations.openai_agents.local import RunCall, result_of
 from turnwatch.integrations.wrappers import RUN_TURN
 
 __all__ = ["install", "wrapped_patch"]
@@ -80,8 +79,7 @@ class _Editor:
         method = getattr(self.editor, name)
 
         async def run() -> Any:
-            done = method(operation)
-            return await done if inspect.isawaitable(done) else done
+            return await result_of(method(operation))
 
         turn = RUN_TURN.get()
         if turn is None:  # outside a wrapped run: the SDK's own

@@ -11,13 +11,12 @@ is of the class the tool is given (``tool_class`` or ``classes=``), else the run
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any
 
 from agents import CustomTool
 from agents.tool_context import ToolContext
 
-from turnwatch.integrations.openai_agents.shell import RunCall
+from turnwatch.integrations.openai_agents.local import RunCall, result_of
 from turnwatch.integrations.wrappers import RUN_TURN
 
 __all__ = ["wrapped_custom"]
@@ -29,8 +28,7 @@ def wrapped_custom(tool: CustomTool, call: RunCall) -> CustomTool:
     invoke = tool.on_invoke_tool
 
     async def run(ctx: ToolContext[Any], text: str) -> Any:
-        done = invoke(ctx, text)
-        return await done if inspect.isawaitable(done) else done
+        return await result_of(invoke(ctx, text))
 
     async def on_invoke_tool(ctx: ToolContext[Any], text: str) -> Any:
         turn = RUN_TURN.get()

@@ -15,8 +15,7 @@ starts its commands with ``run_command``), else the runner's default (``mutating
 from __future__ import annotations
 
 import dataclasses
-import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from agents import LocalShellTool, ShellTool
@@ -28,14 +27,11 @@ from agents.tool import (
     ShellResult,
 )
 
+from turnwatch.integrations.openai_agents.local import RunCall, result_of
 from turnwatch.integrations.wrappers import CLASS_KEY, RUN_TURN, run_command
 from turnwatch.runtime.model import ToolClass
 
 __all__ = ["local_shell_executor", "shell_executor", "wrapped_shell"]
-
-#: How a runner runs one call of a tool as a turnwatch call of the run's turn:
-#: ``(turn, tool name, call id, arguments, what runs it)`` → what the SDK is given.
-RunCall = Callable[[Any, str, str, dict[str, Any], Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
 
 async def shell_executor(request: ShellCommandRequest) -> ShellResult:
@@ -84,8 +80,7 @@ def wrapped_shell(tool: ShellTool | LocalShellTool, call: RunCall) -> ShellTool 
     assert executor is not None  # a hosted shell tool (no executor) runs nothing here
 
     async def run(request: Any) -> Any:
-        done = executor(request)
-        return await done if inspect.isawaitable(done) else done
+        return await result_of(executor(request))
 
     async def execute(request: Any) -> Any:
         turn = RUN_TURN.get()
