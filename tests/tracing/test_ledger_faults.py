@@ -128,7 +128,7 @@ def test_the_readers_see_each_event_once_across_an_outage(small_fs: Path, spans:
         assert not ledger.flush(timeout=3.0)  # tried and failed, more than once
         subprocess.run(["mount", "-o", "remount,size=16m", str(small_fs)], check=True)
         assert ledger.flush(timeout=20)
-        assert len(ledger._read) == 0  # noqa: SLF001 - nothing kept once written
+        assert len(ledger._writer.read) == 0  # noqa: SLF001 - nothing kept once written
     finally:
         ledger.close()
     assert seen == [-2.0, -1.0, *(float(i) for i in range(1500))]

@@ -4,10 +4,15 @@ been, once the writer can write again (the ledger's writer thread and :class:`Ev
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from turnwatch import names
 from turnwatch.runtime.events import Event
+
+log = logging.getLogger("turnwatch.ledger")
 
 
 @dataclass(slots=True)
@@ -46,3 +51,44 @@ def note_gap(gaps: dict[str, Gap], ev: Event, why: str | None) -> None:
         gaps[ev.session] = Gap(1, ev.ts_unix, ev.ts_unix, why)
     else:
         gap.add(ev.ts_unix)
+
+
+class Losses:
+    """Events lost (how many, and why the last was), and what the producer dropped, per
+    session, until the writer writes its gaps. Both threads write it, under its lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.n = 0
+        self.why = ""
+        self._lock = threading.Lock()
+        self._dropped: dict[str, Gap] = {}
+        self._dropping = False
+
+    def lose(self, n: int, why: str) -> None:
+        """``n`` events could not be written: counted, and said."""
+        with self._lock:
+            self.n += n
+            self.why = why
+        log.error("turnwatch ledger %s: %d event(s) could not be written: %s", self.path, n, why)
+
+    def drop(self, event: Event, why: str) -> None:
+        """The producer dropped ``event``: lost, its gap kept for the writer, said once per
+        episode (the writer says the total when it catches up)."""
+        with self._lock:
+            self.n += 1
+            self.why = why
+            note_gap(self._dropped, event, why)
+            said, self._dropping = self._dropping, True
+        if not said:
+            log.error("turnwatch ledger %s: %s; dropping new events", self.path, why)
+
+    def dropped_sessions(self) -> int:
+        """How many sessions' dropped events wait for their gaps."""
+        return len(self._dropped)
+
+    def take_dropped(self) -> dict[str, Gap]:
+        """What was dropped since the last take (a new episode is said again)."""
+        with self._lock:
+            dropped, self._dropped, self._dropping = self._dropped, {}, False
+        return dropped
