@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -383,10 +384,10 @@ def test_a_failed_sdk_function_span_is_an_error_and_keeps_no_input() -> None:
     assert "s3cret" not in str(dict(span.attributes or {}))
 
 
-def test_local_tools_the_wrapper_cannot_reach_are_named_when_it_is_made(runtime: Runtime) -> None:
-    """The SDK's computer tool runs here, not as a tool the wrapper makes calls of: said, not
-    silently left to the SDK's own cancel. Its apply-patch and custom tools are wrapped (not
-    named)."""
+def test_every_local_tool_is_wrapped_and_none_named_unreached(runtime: Runtime) -> None:
+    """The SDK's local tools of every kind (apply-patch, custom, computer) are wrapped, each a
+    class of its own; none is named unwrapped (the computer tool was, until it was wrapped),
+    and a hosted tool, which runs on the provider's side, is left to it."""
 
     class Editor:
         def create_file(self, operation: Any) -> None: ...
@@ -403,11 +404,7 @@ def test_local_tools_the_wrapper_cannot_reach_are_named_when_it_is_made(runtime:
         WebSearchTool(),
     ]
     agent = Agent(name="a", model=scripted(), tools=tools)
-    with pytest.warns(
-        UnwrappedToolWarning, match="'computer_use_preview' \\(ComputerTool\\)"
-    ) as seen:
-        StoppableRunner(agent, runtime)
-    said = str(seen[0].message)
-    assert "web_search" not in said  # the provider's: nothing of it runs here
-    assert "apply_patch" not in said  # wrapped: each operation a call
-    assert "sql" not in said  # wrapped: each call a call
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnwrappedToolWarning)
+        runner = StoppableRunner(agent, runtime)
+    assert sorted(runner.classes) == ["apply_patch", "computer_use_preview", "sql"]

@@ -58,9 +58,9 @@ _STARTED = Started()
 
 
 class UnwrappedToolWarning(TurnwatchError, UserWarning):
-    """Something of an agent runs in this process outside any turnwatch call: a tool the wrapper
-    cannot make a call of (the OpenAI Agents SDK's computer tool), or code an agent's code
-    executor runs (ADK's local ones)."""
+    """Something of an agent runs in this process outside any turnwatch call: code an agent's
+    code executor runs (ADK's local ones). (The OpenAI Agents SDK's computer tool was named
+    too, until it was wrapped.)"""
 
 
 def warn_unwrapped(who: str, unreached: Mapping[str, str]) -> None:

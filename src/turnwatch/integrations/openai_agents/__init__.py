@@ -38,11 +38,10 @@ The SDK's gaps, and what the wrapper does about each:
   commands contained, as a ``process`` call (:mod:`.shell`).
 - The apply-patch tool (``ApplyPatchTool``): each operation its editor is handed a turnwatch
   call under the model's call id, ``mutating`` unless said (:mod:`.apply_patch`); a custom tool
-  (``CustomTool``) each call a turnwatch call (:mod:`.custom`).
+  (``CustomTool``) each call a turnwatch call (:mod:`.custom`); the computer tool
+  (``ComputerTool``) each call's batch of actions a turnwatch call (:mod:`.computer`).
 - Hosted tools (web search, file search, code interpreter) run on the provider's side, where
-  turnwatch cannot reach them: observed, not enforced (the README's table). The SDK's computer
-  tool runs here but outside any turnwatch call: :class:`UnwrappedToolWarning` names it when
-  the runner is made.
+  turnwatch cannot reach them: observed, not enforced (the README's table).
 - The SDK traces a run its own way (not OpenTelemetry): turnwatch's spans of the run (the stop,
   ``execute_tool`` per call) take the SDK trace's id, and :class:`FunctionSpans` (a trace
   processor the wrapper adds once) turns the SDK's function spans into OpenTelemetry spans of

@@ -31,6 +31,8 @@ from mcp import ClientSession
 from turnwatch.integrations.daemon_threads import DAEMONS
 from turnwatch.integrations.openai_agents.apply_patch import install as install_patch_ids
 from turnwatch.integrations.openai_agents.apply_patch import wrapped_patch
+from turnwatch.integrations.openai_agents.computer import install as install_computer_calls
+from turnwatch.integrations.openai_agents.computer import wrapped_computer
 from turnwatch.integrations.openai_agents.custom import wrapped_custom
 from turnwatch.integrations.openai_agents.nesting import CALL_SCOPE, agent_of, nested_run
 from turnwatch.integrations.openai_agents.shell import shell_class, wrapped_shell
@@ -46,7 +48,6 @@ from turnwatch.integrations.wrappers import (
     dispatcher,
     require_async_process,
     tap_session,
-    warn_unwrapped,
 )
 from turnwatch.runtime.gate import Answer
 from turnwatch.runtime.model import Outcome, ToolClass, TurnOutcome
@@ -56,9 +57,9 @@ from turnwatch.runtime.turn import Turn
 __all__ = ["StoppableRunner", "UnwrappedToolWarning", "tool_class", "typed_invoker"]
 
 
-#: The SDK's tools, other than function tools and shell tools, that run in this process.
-_LOCAL = (ComputerTool,)
-_T = TypeVar("_T", FunctionTool, ShellTool, LocalShellTool, ApplyPatchTool, CustomTool)
+_T = TypeVar(
+    "_T", FunctionTool, ShellTool, LocalShellTool, ApplyPatchTool, CustomTool, ComputerTool[Any]
+)
 
 _Pair = tuple[Agent[Any], Agent[Any]]  # an agent, and its wrapped clone
 
@@ -83,8 +84,8 @@ def typed_invoker(invoke: Any) -> Any:
 
 def tool_class(tool: _T, cls: ToolClass | str) -> _T:
     """Mark ``tool`` (a function tool, a ``ShellTool``, a ``LocalShellTool``, an
-    ``ApplyPatchTool`` or a ``CustomTool``) with its turnwatch class (the SDK's tools carry no
-    metadata of their own)."""
+    ``ApplyPatchTool``, a ``CustomTool`` or a ``ComputerTool``) with its turnwatch class (the
+    SDK's tools carry no metadata of their own)."""
     setattr(tool, CLASS_KEY, declared_class(tool.name, {CLASS_KEY: cls}, ToolClass.MUTATING).value)
     return tool
 
@@ -113,9 +114,7 @@ class StoppableRunner:
         # graph: an agent a handoff returns at run time is wrapped for that handoff alone.
         self._wrapped: dict[int, _Pair] = {}
         self._mcp = False  # whether an agent it wraps has MCP servers (their tools come later)
-        self._unreached: dict[str, str] = {}  # local tools of other kinds: name → kind
         self.agent = self._wrap(agent, self._wrapped)
-        warn_unwrapped("StoppableRunner: the calls of", self._unreached)
         unknown = set(self._given) - set(self.classes)
         if unknown and not self._mcp:
             raise ToolClassError(f"classes= names tools the agent does not have: {sorted(unknown)}")
@@ -149,8 +148,10 @@ class StoppableRunner:
             elif isinstance(tool, CustomTool):
                 self._classify(tool.name, getattr(tool, CLASS_KEY, None), tool.on_invoke_tool)
                 tool = wrapped_custom(tool, self._call)
-            elif isinstance(tool, _LOCAL):  # (a hosted shell tool, no executor: runs nothing here)
-                self._unreached[tool.name] = type(tool).__name__
+            elif isinstance(tool, ComputerTool):
+                self._classify(tool.name, getattr(tool, CLASS_KEY, None), None, processes=False)
+                install_computer_calls()
+                tool = wrapped_computer(tool, self._call)
             if isinstance(tool, FunctionTool):
                 # The original: tool_class() marked it, not its copy.
                 self._classify(tool.name, getattr(tool, CLASS_KEY, None), _function(tool))
