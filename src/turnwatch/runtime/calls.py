@@ -9,30 +9,22 @@ these fields.
 A call is resolved exactly once (:meth:`Call.finish`); everything after that — a late host result,
 late progress — is dropped or, where it means a side effect outlived the runtime's wait, recorded
 as such. A call whose requester runs it in its own task (:meth:`Call.run_in_place`) is here too:
-its stop is the same race, its cancellation taken back.
+its stop is the same race, its cancellation taken back. What a call says and hears (its events,
+its host's messages, the answer that resolves it) is its base's, in ``call_io``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from turnwatch import names
-from turnwatch.runtime.clock import REAL, Clock
-from turnwatch.runtime.events import NO_ATTRS, Event, EventSink, new_event
+from turnwatch.runtime.call_io import STARTED, CallEnv, CallIO, LocalRun, TurnIds
+from turnwatch.runtime.clock import REAL
 from turnwatch.runtime.gate import Prompt
-from turnwatch.runtime.messages import (
-    PROGRESS_EVERY_S,
-    OutputTail,
-    coalesced,
-    progress_attrs,
-    recorded_error,
-    started_attrs,
-)
+from turnwatch.runtime.messages import OutputTail, recorded_error
 from turnwatch.runtime.model import (
     POLICY_OF,
     Outcome,
@@ -44,38 +36,15 @@ from turnwatch.runtime.model import (
 )
 from turnwatch.runtime.protocol import (
     AbortRequest,
-    Host,
-    HostMessage,
     HostResult,
-    HostStatus,
     Progress,
-    Started,
 )
 
-_log = logging.getLogger(__name__)
+__all__ = ["STARTED", "Call", "CallEnv", "LocalRun", "Owner", "StopHandler"]
 
 
-@dataclass(frozen=True, slots=True)
-class CallEnv:
-    """What a call needs of the runtime: where its events go, who runs it, the grace window."""
-
-    sink: EventSink | None
-    host: Host
-    grace_s: float
-    clock: Clock = REAL
-    #: False only in the rejected ``abandon_all`` mode: a stop before the start is not watched
-    #: (a prompt approved after it still starts the call: the flaw that mode shows).
-    heeds_prestart_stop: bool = True
-
-
-class Owner(Protocol):
+class Owner(TurnIds, Protocol):
     """What a call needs of its turn."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def traceparent(self) -> str | None: ...
 
     def release_slot(self) -> None:
         """Give the call's admission slot back."""
@@ -84,18 +53,14 @@ class Owner(Protocol):
         """The call is resolved."""
 
 
-#: A call's execution run in this process by whoever requested it (see ``Turn.request``).
-LocalRun = Callable[[], Awaitable[HostResult]]
-#: What a call run by its requester says when it starts (it has no process to name).
-STARTED = Started()
+class Call(CallIO):
+    """A tool call inside a turn. Fields are owned by the runtime's event loop; what it says and
+    hears (events, host messages, answers) is :class:`~turnwatch.runtime.call_io.CallIO`'s."""
 
-
-class Call:
-    """A tool call inside a turn. Fields are owned by the runtime's event loop."""
+    turn: Owner  # (CallIO needs only its ids)
 
     # Slots: a call is made on every tool call, and a session keeps its recent turns' calls.
     __slots__ = (
-        "_answered_in_task",
         "_stop",
         "_waiters",
         "abandoned",
@@ -103,22 +68,14 @@ class Call:
         "args",
         "call_id",
         "class_name",
-        "containment",
         "env",
-        "exec_task",
         "handler",
         "holds_slot",
-        "in_place",
         "local",
-        "next_progress",
-        "output",
-        "pending_progress",
         "phase",
-        "pid",
         "policy",
         "policy_name",
         "prompt",
-        "race_cancelled",
         "result",
         "session",
         "stop_source",
@@ -345,68 +302,15 @@ class Call:
         assert self.handler is None
         self.handler = handler
 
-    def emit(self, kind: str, **attrs: Any) -> None:
-        """Emit an event about this call (straight to the sink: this is the busiest emitter)."""
-        sink = self.env.sink
-        if sink is not None:
-            # Built here rather than by now_event (its kinds are names' own, checked while
-            # testing): the call's events are most of what an observed runtime builds.
-            assert kind in names.EVENT_KINDS, kind
-            sink(
-                new_event(
-                    Event,
-                    (
-                        kind,
-                        self.session,
-                        time.time(),
-                        time.monotonic_ns(),
-                        self.turn.id,
-                        self.call_id,
-                        self.tool,
-                        attrs or NO_ATTRS,
-                        None,
-                        None,
-                    ),
-                )
-            )
-
-    # --- host messages ---
-
-    def on_message(self, message: HostMessage) -> None:
-        """A ``Started`` or ``Progress`` from the host."""
-        if isinstance(message, Started):
-            self.pid, self.containment = message.pid, message.containment
-            if self.env.sink is not None:  # no sink: not even the attributes are built
-                attrs = started_attrs(self.class_name, message, self.turn.traceparent)
-                self.emit(names.TOOL_STARTED, **attrs)
-            return
-        if self.abandoned or self.phase.terminal:
-            return  # progress of an abandoned call stops at the stop (design §1)
-        if message.text:
-            if self.output is None:
-                self.output = OutputTail()
-            self.output.add(message.text)
-        if self.env.sink is None:  # a chatty tool's heartbeat: no sink, no attributes
-            return
-        if self.pending_progress is not None:
-            self.pending_progress = coalesced(self.pending_progress, message)
-            return
-        now = time.monotonic()
-        if now >= self.next_progress:
-            self.next_progress = now + PROGRESS_EVERY_S
-            self.emit(names.TOOL_PROGRESS, **progress_attrs(message))
-            return
-        self.pending_progress = coalesced(_NO_PROGRESS, message)
-        asyncio.get_running_loop().call_at(self.next_progress, self._flush_progress)
-
-    def _flush_progress(self) -> None:
-        """The window ended: what came in it, as one tool.progress (unless the call ended or
-        was abandoned meanwhile: its progress stops there, design §1)."""
-        pending, self.pending_progress = self.pending_progress, None
-        if pending is None or self.abandoned or self.phase.terminal:
-            return
-        self.next_progress = time.monotonic() + PROGRESS_EVERY_S
-        self.emit(names.TOOL_PROGRESS, **progress_attrs(pending))
+    def begin_in_place(self) -> None:
+        """A ``read_only`` call that took a free slot (:meth:`finish` gives it back) and needs
+        no prompt, admitted in ``request()``: its requester runs it now, in its own task
+        (:meth:`~turnwatch.runtime.call_io.CallIO.run_in_place`)."""
+        assert self.phase is Phase.QUEUED, self.phase
+        assert self.tool_class is ToolClass.READ_ONLY
+        assert not self.holds_slot
+        self.holds_slot = True
+        self.phase = Phase.RUNNING
 
     # --- resolution ---
 
@@ -462,128 +366,7 @@ class Call:
             self._waiters = [w for w in self._waiters if not w.done()]
             self._waiters.append(waiter)
 
-    def answered_in_task(self, res: HostResult) -> None:
-        """The execution's last step: resolve the call from its answer now, in its task."""
-        self._answered_in_task = True
-        self._answered(res)
 
-    def host_answered(self, task: asyncio.Task[HostResult | None]) -> None:
-        """The call's execution ended (a done callback): resolve the call from the host's answer
-        (an execution that never started has none: the stop resolved the call)."""
-        # Over: a finished task holds its context (a framework's run context) and its result,
-        # and a session keeps its recent turns' calls (runtime.retention).
-        self.exec_task = None
-        if self._answered_in_task:
-            return
-        if task.cancelled():
-            self.finish(Outcome.FAILED, error="the host's execution was cancelled")
-        elif (exc := task.exception()) is not None:
-            self._raised(exc)
-        elif (res := task.result()) is not None:
-            self._answered(res)
-
-    def _answered(self, res: HostResult) -> None:
-        try:
-            self.finish_from_host(res)
-        except Exception as exc:  # a bug here must not leave the turn open forever
-            _log.exception("call %s: resolving the host's answer failed", self.call_id)
-            self.finish(Outcome.FAILED, error=repr(exc))
-
-    def _raised(self, exc: BaseException) -> None:
-        """The execution raised instead of answering (a host bug, or a requester's ``run``), said
-        where it can be seen."""
-        _log.error("call %s: its execution raised instead of answering", self.call_id, exc_info=exc)
-        self.finish(Outcome.FAILED, error=repr(exc))
-
-    def finish_from_host(self, res: HostResult) -> None:
-        """Resolve from the host's answer (the call was not raced away)."""
-        stopped = self.stop_source is not None
-        if self.result.done():
-            if not self.abandoned or self.tool_class is ToolClass.READ_ONLY:
-                return  # a raced read-only result: discarded, as the ADR says
-            # A side effect outlived the runtime's wait (a rejected mode, or a host that overran
-            # the grace window): say so, so the watchdog reports activity after settlement.
-            self.emit(
-                names.TOOL_FINISHED,
-                outcome=_outcome_of(res, stopped).value,
-                status=res.status.value,
-                after_abandon=True,
-            )
-            return
-        outcome = _outcome_of(res, stopped)
-        code = names.TOOL_ABORTED if outcome is Outcome.ABORTED else None
-        output = res.output if res.output or not self.output else None
-        error = res.error or None
-        if self.env.sink is None:  # no event, so no attributes to build (every call is here)
-            self.finish(outcome, output=output, error_code=code, data=res.data, error=error)
-            return
-        extra: dict[str, Any] = {names.K_STATUS: res.status.value}
-        if res.data is not None and res.data.get(names.K_LINGERING):
-            # Processes the call left running: the ledger keeps them as the call's.
-            extra[names.K_LINGERING] = res.data[names.K_LINGERING]
-        self.finish(outcome, output=output, error_code=code, data=res.data, error=error, **extra)
-
-    # --- run in its requester's task ---
-
-    def begin_in_place(self) -> None:
-        """A ``read_only`` call that took a free slot (:meth:`finish` gives it back) and needs
-        no prompt, admitted in ``request()``: its requester runs it now, in its own task
-        (:meth:`run_in_place`)."""
-        assert self.phase is Phase.QUEUED, self.phase
-        assert self.tool_class is ToolClass.READ_ONLY
-        assert not self.holds_slot
-        self.holds_slot = True
-        self.phase = Phase.RUNNING
-
-    async def run_in_place(self, run: LocalRun) -> ToolResult:
-        """Run this ``read_only`` call, begun in place, in the caller's own task
-        (``Turn.run_call``).
-
-        No task of its own: a stop's race cancels the caller's await, and that cancellation is
-        taken back here (the caller gets the discarded result), unless another one came too.
-        """
-        task = asyncio.current_task()
-        assert task is not None
-        assert self.phase is Phase.RUNNING
-        self.in_place = task
-        if self.env.sink is not None:  # unobserved, a start says nothing (no process to name)
-            self.on_message(STARTED)
-        try:
-            res = await run()
-        except asyncio.CancelledError:
-            if not self._took_back(task):
-                # Its requester stopped waiting (a framework's own cancel, a cancel from
-                # outside): a read-only result nobody will read is discarded, as a race's is.
-                self.discard(error="the requester's task was cancelled")
-                raise
-        except Exception as exc:
-            self._took_back(task)  # a race whose cancel the tool turned into an error
-            self._raised(exc)
-        else:
-            if self.race_cancelled:
-                self._took_back(task)  # a race whose cancel the tool swallowed
-            self._answered(res)
-        finally:
-            self.in_place = None
-        return self.result.result()
-
-    def _took_back(self, task: asyncio.Task[Any]) -> bool:
-        """Take back the race's cancellation of ``task``: True if no other one is pending."""
-        if not self.race_cancelled:
-            return False
-        self.race_cancelled = False
-        return task.uncancel() == 0
-
-
-def _outcome_of(res: HostResult, stopped: bool) -> Outcome:
-    if res.status is HostStatus.OK:
-        return Outcome.COMPLETED_AFTER_STOP if stopped else Outcome.COMPLETED
-    if res.status in (HostStatus.ABORTED, HostStatus.CANCELLED_BY_SERVER):
-        return Outcome.ABORTED
-    return Outcome.FAILED
-
-
-_NO_PROGRESS = Progress()
 #: Where a call may wait before it is admitted.
 _WAITING = frozenset({Phase.QUEUED, Phase.AWAITING_PERMISSION})
 
