@@ -22,8 +22,8 @@ from pydantic_ai.models.function import FunctionModel
 from tests.conftest import GRACE, until
 from tests.integrations import test_google_adk as adk
 from tests.integrations.lg_graphs import Scripted, agent_graph
+from tests.integrations.lg_tools import classed
 from tests.integrations.procs import marked_alive as lg_alive
-from tests.integrations.test_langgraph import classed
 from tests.integrations.test_openai_agents import scripted
 from tests.integrations.test_pydantic_ai import TERM_IGNORING_TREE, calls, marked_alive, outcomes
 from tests.integrations.test_wrapper_edges import settled, sh_tool

@@ -10,143 +10,34 @@ under its policy, every call has its answer in the checkpoint, and a resume runs
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from tests.conftest import until
 from tests.integrations.lg_graphs import Scripted, agent_graph, parent_of
+from tests.integrations.lg_tools import (
+    CALLS,
+    Tools,
+    classed,
+    unanswered,
+)
 from tests.integrations.procs import end_marked, marked_alive
 from turnwatch import names
 from turnwatch.integrations.langgraph import StoppableGraph, ToolClassError, tool_node
-from turnwatch.integrations.wrappers import run_command
 from turnwatch.runtime import MemorySink, Receipt, Runtime
-from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.testing import check_invariants
-
-TERM_IGNORING_TREE = "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60; wait"
-CALLS = [
-    {"id": "r1", "name": "look", "args": {"q": "x"}},
-    {"id": "p1", "name": "sh", "args": {}},
-    {"id": "w1", "name": "write", "args": {"text": "a"}},
-]
-
-
-def classed(cls: str) -> Callable[[BaseTool], BaseTool]:
-    """The tool's turnwatch class, in its metadata (as LangChain tools carry it)."""
-
-    def mark(t: BaseTool) -> BaseTool:
-        t.metadata = {**(t.metadata or {}), "turnwatch_class": cls}
-        return t
-
-    return mark
-
-
-class Tools:
-    """The three tools, and what they did."""
-
-    def __init__(self, *, native: bool = False) -> None:
-        self.started: list[str] = []  # the write's side effect began
-        self.written: list[str] = []
-        self.model_calls = 0
-        self.spawned: list[subprocess.Popen[bytes]] = []
-
-        @classed("read_only")
-        @tool
-        async def look(q: str) -> str:
-            """a slow read"""
-            await asyncio.sleep(30)
-            return "found"
-
-        @classed("process")
-        @tool
-        async def sh() -> str:
-            """a shell command that ignores SIGTERM"""
-            return (await run_command(["bash", "-c", TERM_IGNORING_TREE])).output
-
-        @tool("sh")
-        def native_sh() -> str:
-            """a shell command that ignores SIGTERM, as a LangGraph tool runs one (in a thread
-            of the pool; nothing ties the command to the call)"""
-            env = {**os.environ, CALL_MARKER: "native/p1"}
-            proc = subprocess.Popen(["bash", "-c", TERM_IGNORING_TREE], env=env)
-            self.spawned.append(proc)
-            proc.wait()
-            return "done"
-
-        @classed("mutating")
-        @tool
-        async def write(text: str) -> str:
-            """a write that takes a while"""
-            self.started.append(text)
-            await asyncio.sleep(0.5)
-            self.written.append(text)
-            return "written"
-
-        self.all: list[BaseTool] = [look, native_sh if native else sh, write]
-
-    def graph(self, node: ToolNode, checkpointer: Any) -> Any:
-        model = Scripted(
-            messages=iter(
-                [AIMessage(content="", tool_calls=CALLS)] + [AIMessage(content="done")] * 3
-            )
-        )
-
-        def asked() -> None:
-            self.model_calls += 1
-
-        return agent_graph(node, model, checkpointer, on_model=asked)
-
-
-def unanswered(messages: list[Any]) -> set[str]:
-    """Tool calls of the history no ToolMessage answers (an invalid chat history)."""
-    asked = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
-    answered = {str(m.tool_call_id) for m in messages if isinstance(m, ToolMessage)}
-    return {str(i) for i in asked} - answered
 
 
 @pytest.fixture
 def rt(runtime: Runtime) -> Runtime:
     return runtime
-
-
-async def stopped_while_read(rt: Runtime, session: str, stream: AsyncIterator[Any]) -> list[Any]:
-    """What a wrapped stream gave, read to its end while the session was stopped once its
-    process tree ran (nothing of it outlives ``abort()``)."""
-    got: list[Any] = []
-
-    async def consume() -> None:
-        async for item in stream:
-            got.append(item)
-
-    run = asyncio.ensure_future(consume())
-    await until(lambda: len(marked_alive(session)) >= 3, what="the tree to start")
-    assert await rt.abort(session) is Receipt.ACCEPTED
-    assert marked_alive(session) == []
-    await asyncio.wait_for(run, 10)
-    return got
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    """LangGraph's in-memory checkpointer, and its SQLite one (a real file)."""
-    if request.param == "memory":
-        yield InMemorySaver()
-        return
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
-    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "checkpoints.sqlite3")) as saver:
-        yield saver
 
 
 async def test_native_a_cancelled_run_leaves_the_tree_the_calls_unanswered_and_reruns_the_write(
@@ -316,228 +207,7 @@ async def test_a_stop_between_the_models_calls_and_their_step_answers_them_not_r
     assert state.next == ("agent",)  # as after a tools step: a resume asks the model
 
 
-@pytest.mark.parametrize("mode", ["updates", ["updates", "values"]])
-async def test_wrapped_astream_ends_after_the_answers_the_stop_wrote(
-    rt: Runtime, sink: MemorySink, checkpointer: Any, mode: Any
-) -> None:
-    """A consumer of ``astream`` sees the chunks of its own modes up to the stop: the model's
-    step, then the tools step that answers every call (its real outcome each), and the stream
-    ends there, the model not asked again, nothing left running, the checkpoint valid."""
-    t = Tools()
-    app = StoppableGraph(t.graph(tool_node(t.all, rt), checkpointer), rt)
-    cfg = {"configurable": {"thread_id": "a"}}
-    stream = app.astream({"messages": [("user", "go")]}, cfg, session="s", stream_mode=mode)
-    got = await stopped_while_read(rt, "s", stream)
-    assert t.model_calls == 1
-    pairs = got if isinstance(mode, list) else [("updates", c) for c in got]
-    assert {m for m, _c in pairs} == set(mode if isinstance(mode, list) else [mode])
-    updates = [c for m, c in pairs if m == "updates"]
-    assert [next(iter(u)) for u in updates] == ["agent", "tools"]  # and nothing after
-    answers = {m.tool_call_id: m for m in updates[-1]["tools"]["messages"]}
-    assert set(answers) == {"r1", "p1", "w1"}
-    assert str(answers["w1"].content) == "written"  # completed after the stop
-    assert "ended" in str(answers["p1"].content)
-    state = await app.graph.aget_state(cfg)
-    assert unanswered(state.values["messages"]) == set()
-    assert check_invariants(list(sink)) == []
-
-
-async def test_astream_refuses_what_it_cannot_read_before_it_starts(rt: Runtime) -> None:
-    t = Tools()
-    app = StoppableGraph(t.graph(tool_node(t.all, rt), InMemorySaver()), rt)
-    with pytest.raises(TypeError, match="v1 or v2"):
-        async for _ in app.astream({"messages": []}, None, session="s", version="v3"):
-            pass
-    with pytest.raises(TypeError, match="v1 state"):
-        await app.ainvoke({"messages": []}, None, session="s", version="v2")
-    assert t.model_calls == 0
-
-
-@pytest.mark.parametrize("subgraphs", [False, True], ids=["parent", "with subgraphs"])
-async def test_astream_v2_parts_come_as_langgraph_streams_them_up_to_the_stop(
-    rt: Runtime, sink: MemorySink, checkpointer: Any, subgraphs: bool
-) -> None:
-    """``astream(version="v2")``: LangGraph's typed parts (``type``, ``ns``, ``data``), the
-    parent's only unless ``subgraphs=True``; a stop ends the stream after the tools step that
-    answers every call."""
-    t = Tools()
-    inner = t.graph(tool_node(t.all, rt), None)
-    g = StateGraph(MessagesState)
-    g.add_node("sub", inner)
-    g.add_edge(START, "sub")
-    g.add_edge("sub", END)
-    app = StoppableGraph(g.compile(checkpointer=checkpointer), rt)
-    cfg = {"configurable": {"thread_id": f"v2{subgraphs}"}}
-    parts: list[Any] = []
-
-    async def read() -> None:
-        go = {"messages": [("user", "go")]}
-        modes = ["updates", "values"]
-        read = app.astream(
-            go, cfg, session="v2", stream_mode=modes, version="v2", subgraphs=subgraphs
-        )
-        async for part in read:
-            parts.append(part)
-
-    run = asyncio.ensure_future(read())
-    await until(lambda: len(marked_alive("v2")) >= 3, what="the tree to start")
-    assert await rt.abort("v2") is Receipt.ACCEPTED
-    await asyncio.wait_for(run, 10)
-    assert parts
-    assert all({"type", "ns", "data"} <= set(p) for p in parts)
-    assert {p["type"] for p in parts} <= {"updates", "values"}
-    nested = [p for p in parts if p["ns"]]
-    assert bool(nested) is subgraphs
-    if subgraphs:
-        updates = [p["data"] for p in nested if p["type"] == "updates"]
-        assert [next(iter(u)) for u in updates] == ["agent", "tools"]
-        answered = {m.tool_call_id for m in updates[-1]["tools"]["messages"]}
-        assert answered == {"r1", "p1", "w1"}
-    assert t.model_calls == 1
-    state = await app.graph.aget_state(cfg)
-    assert unanswered(state.values["messages"]) == set()
-    assert check_invariants(list(sink)) == []
-
-
 # --- create_agent, through its middleware ---
-
-
-def counted(messages: list[AIMessage], asked: list[int]) -> Any:
-    """The scripted answers, counting how many the model gave."""
-    for m in messages:
-        asked[0] += 1
-        yield m
-
-
-async def test_create_agent_wrapped_by_its_middleware_stops_the_adrs_way(
-    rt: Runtime, sink: MemorySink, checkpointer: Any
-) -> None:
-    """LangChain's ``create_agent`` with :class:`TurnwatchMiddleware`: the same stop as a
-    ``tool_node``'s (each call by its class, every call answered, a resume reruns nothing)."""
-    from langchain.agents import create_agent
-
-    from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
-
-    t = Tools()
-    asked = [0]
-    script = [AIMessage(content="", tool_calls=CALLS)] + [AIMessage(content="done")] * 3
-    agent = create_agent(
-        model=Scripted(messages=counted(script, asked)),
-        tools=t.all,
-        middleware=[TurnwatchMiddleware(rt, t.all)],
-        checkpointer=checkpointer,
-    )
-    app = StoppableGraph(agent, rt)
-    cfg = {"configurable": {"thread_id": "ca"}}
-    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="ca"))
-    await until(lambda: len(marked_alive("ca")) >= 3 and t.started, what="the tools")
-    assert await rt.abort("ca") is Receipt.ACCEPTED
-    assert marked_alive("ca") == []  # nothing of the process call outlived abort()
-    assert t.written == ["a"]  # the write awaited
-    final = await asyncio.wait_for(run, 10)
-    assert asked[0] == 1  # the model was not asked again after the stop
-    assert unanswered(final["messages"]) == set()
-    state = await app.graph.aget_state(cfg)
-    assert unanswered(state.values["messages"]) == set()
-    await app.ainvoke(None, cfg, session="ca")  # the resume asks the model, reruns no call
-    assert t.started == t.written == ["a"]
-    ended = {
-        str(e.call): e.attrs.get("outcome")
-        for e in sink
-        if e.kind == names.TOOL_FINISHED and e.call is not None
-    }
-    assert ended == {"p1": "aborted", "w1": "completed_after_stop"}
-    assert [e.call for e in sink if e.kind == names.TOOL_RESULT_DISCARDED] == ["r1"]
-    assert check_invariants(list(sink)) == []
-
-
-async def test_create_agent_outside_a_stoppable_graph_runs_as_langgraph_runs_it(
-    rt: Runtime, sink: MemorySink
-) -> None:
-    from langchain.agents import create_agent
-
-    from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
-
-    @classed("mutating")
-    @tool
-    async def write(text: str) -> str:
-        """a write"""
-        return "written"
-
-    script = [AIMessage(content="", tool_calls=[CALLS[2]]), AIMessage(content="done")]
-    agent = create_agent(
-        model=Scripted(messages=iter(script)),
-        tools=[write],
-        middleware=[TurnwatchMiddleware(rt, [write])],
-    )
-    out = await agent.ainvoke({"messages": [("user", "go")]})  # type: ignore[call-overload]
-    assert [m.content for m in out["messages"] if isinstance(m, ToolMessage)] == ["written"]
-    assert list(sink) == []  # no turn, no event: LangGraph's own run
-
-
-async def test_create_agent_a_sync_tool_runs_in_its_thread_and_is_awaited_by_the_stop(
-    runtime: Runtime, sink: MemorySink
-) -> None:
-    """A sync mutating tool (LangGraph runs it in a thread of the pool) under the middleware:
-    the stop awaits it to its end, its real result is its answer, the model is not asked
-    again."""
-    from langchain.agents import create_agent
-
-    from turnwatch.integrations.langgraph_middleware import TurnwatchMiddleware
-
-    began = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    wrote: list[str] = []
-
-    @classed("mutating")
-    @tool
-    def save(text: str) -> str:
-        """a sync write that takes a while"""
-        loop.call_soon_threadsafe(began.set)
-        time.sleep(0.5)
-        wrote.append(text)
-        return "saved"
-
-    call = {"id": "s1", "name": "save", "args": {"text": "x"}}
-    script = [AIMessage(content="", tool_calls=[call])] + [AIMessage(content="done")] * 2
-    agent = create_agent(
-        model=Scripted(messages=iter(script)),
-        tools=[save],
-        middleware=[TurnwatchMiddleware(runtime, [save])],
-        checkpointer=InMemorySaver(),
-    )
-    app = StoppableGraph(agent, runtime)
-    cfg: Any = {"configurable": {"thread_id": "sync"}}
-    run = asyncio.ensure_future(app.ainvoke({"messages": [("user", "go")]}, cfg, session="sy"))
-    await asyncio.wait_for(began.wait(), 10)
-    assert await runtime.abort("sy") is Receipt.ACCEPTED
-    assert wrote == ["x"]  # abort() returned once the write had ended
-    final = await asyncio.wait_for(run, 10)
-    said = [(m.status, m.content) for m in final["messages"] if isinstance(m, ToolMessage)]
-    assert said == [("success", "saved")]  # completed after the stop: its real result
-    assert [m.content for m in final["messages"]][-1] == "saved"  # the model not asked again
-    assert check_invariants(list(sink)) == []
-
-
-async def test_wrapped_astream_events_ends_after_the_answers_the_stop_wrote(
-    runtime: Runtime, sink: MemorySink, checkpointer: Any
-) -> None:
-    """``astream_events`` (v2), stopped as ``astream`` is: the events end after the tools step
-    the stop reached (its node's end carries every answer), before the model is asked again."""
-    t = Tools()
-    app = StoppableGraph(t.graph(tool_node(t.all, runtime), checkpointer), runtime)
-    cfg = {"configurable": {"thread_id": "ev"}}
-    stream = app.astream_events({"messages": [("user", "go")]}, cfg, session="ev")
-    seen = await stopped_while_read(runtime, "ev", stream)
-    assert t.model_calls == 1  # the events ended before the model was asked again
-    ends = [e for e in seen if e["event"] == "on_chain_end" and e["name"] == "tools"]
-    assert len(ends) == 1  # the tools step's end is the last node's
-    state = await app.graph.aget_state(cfg)
-    assert unanswered(state.values["messages"]) == set()
-    with pytest.raises(TypeError, match="v2"):
-        async for _ in app.astream_events(None, cfg, session="ev", version="v1"):
-            pass
-    assert check_invariants(list(sink)) == []
 
 
 async def test_the_stop_joins_the_trace_the_run_was_called_in(tmp_path: Path) -> None:
@@ -602,43 +272,6 @@ async def test_a_stop_reaches_a_subgraphs_tools_and_ends_the_run_there(
     assert t.model_calls == 1  # the subgraph's model was not asked again after the stop
     await app.ainvoke(None, cfg, session="sg")  # the resume reruns no call
     assert t.started == t.written == ["a"]
-    assert check_invariants(list(sink)) == []
-
-
-@pytest.mark.parametrize("modes", ["updates", ["updates", "values"]], ids=["one mode", "a list"])
-async def test_astream_with_subgraphs_passes_their_chunks_on_and_stops_after_their_tools(
-    rt: Runtime, sink: MemorySink, checkpointer: Any, modes: Any
-) -> None:
-    """``astream(subgraphs=True)``, as LangGraph streams it: each chunk with its namespace,
-    ``(ns, chunk)`` for one mode and ``(ns, mode, chunk)`` for a list; a stop ends the stream
-    after the subgraph's tools step, whose update answers every call, the model not asked again."""
-    t = Tools()
-    g = StateGraph(MessagesState)
-    g.add_node("sub", t.graph(tool_node(t.all, rt), None))
-    g.add_edge(START, "sub")
-    g.add_edge("sub", END)
-    app = StoppableGraph(g.compile(checkpointer=checkpointer), rt)
-    cfg = {"configurable": {"thread_id": "sgs"}}
-    items: list[Any] = []
-
-    async def read() -> None:
-        go = {"messages": [("user", "go")]}
-        async for item in app.astream(go, cfg, session="sgs", stream_mode=modes, subgraphs=True):
-            items.append(item)
-
-    run = asyncio.ensure_future(read())
-    await until(lambda: len(marked_alive("sgs")) >= 3, what="the tree to start")
-    assert await rt.abort("sgs") is Receipt.ACCEPTED
-    await asyncio.wait_for(run, 10)
-    width = 2 if isinstance(modes, str) else 3
-    assert items
-    assert all(isinstance(i, tuple) and len(i) == width and isinstance(i[0], tuple) for i in items)
-    updates = [i[-1] for i in items if i[0] and (width == 2 or i[1] == "updates")]
-    assert [next(iter(u)) for u in updates] == ["agent", "tools"]  # the subgraph's, then none
-    answered = {m.tool_call_id for m in updates[-1]["tools"]["messages"]}
-    assert answered == {"r1", "p1", "w1"}
-    assert all(str(i[0][0]).startswith("sub:") for i in items if i[0])
-    assert t.model_calls == 1
     assert check_invariants(list(sink)) == []
 
 

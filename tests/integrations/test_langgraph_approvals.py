@@ -18,7 +18,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
 from tests.integrations.lg_graphs import Scripted, agent_graph
-from tests.integrations.test_langgraph import classed, unanswered
+from tests.integrations.lg_tools import classed, unanswered
 from turnwatch import names
 from turnwatch.integrations import langgraph
 from turnwatch.integrations.langgraph import StoppableGraph, stopped_words, tool_node

@@ -31,7 +31,7 @@ from langgraph.types import Command
 
 from tests.conftest import until
 from tests.integrations.lg_graphs import Scripted, agent_graph
-from tests.integrations.test_langgraph import unanswered
+from tests.integrations.lg_tools import unanswered
 from turnwatch import names
 from turnwatch.integrations.langgraph import (
     StoppableGraph,

@@ -17,8 +17,8 @@ from langgraph.prebuilt import ToolNode
 
 from tests.conftest import GRACE, until
 from tests.integrations.lg_graphs import Scripted, agent_graph, parent_of
+from tests.integrations.lg_tools import CALLS, Tools, unanswered
 from tests.integrations.procs import marked_alive
-from tests.integrations.test_langgraph import CALLS, Tools, unanswered
 from tests.integrations.test_pydantic_ai import outcomes
 from turnwatch import names
 from turnwatch.integrations.langgraph import StoppableGraph, ToolClassError, tool_node

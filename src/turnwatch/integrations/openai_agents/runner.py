@@ -58,7 +58,13 @@ __all__ = ["StoppableRunner", "UnwrappedToolWarning", "tool_class", "typed_invok
 
 
 _T = TypeVar(
-    "_T", FunctionTool, ShellTool, LocalShellTool, ApplyPatchTool, CustomTool, ComputerTool[Any]
+    "_T",
+    bound=FunctionTool
+    | ShellTool
+    | LocalShellTool
+    | ApplyPatchTool
+    | CustomTool
+    | ComputerTool[Any],
 )
 
 _Pair = tuple[Agent[Any], Agent[Any]]  # an agent, and its wrapped clone
