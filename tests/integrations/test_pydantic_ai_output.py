@@ -6,20 +6,22 @@ this process, outside any tool call. Native, a cancel stops it halfway through t
 wrapper's stop (which cancels the run the framework's way) did the same while it reported the
 turn settled: the function was no call of the turn's. Wrapped, it is a turnwatch call under the
 output tool call's id, ``mutating`` unless its tool's metadata says otherwise: awaited, the file
-whole.
+whole. Streamed (``run_stream``), the same as the stream is read to its output (a partial output
+runs the function outside any call: pydantic-ai asks such a function to do nothing then).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, CancellationToken, ToolOutput
+from pydantic_ai import Agent, CancellationToken, RunContext, ToolOutput
 from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from tests.integrations.test_pydantic_ai import no_violations, outcomes
 from turnwatch import names
@@ -116,3 +118,55 @@ async def test_a_run_without_an_output_function_makes_no_call(
     result = await StoppableAgent(Agent(FunctionModel(answer)), runtime).run("go", session="s")
     assert result.output == "done"
     assert sink.of(names.TOOL_REQUESTED) == []
+
+
+# --- run_stream: the output function runs as the stream is read ---
+
+
+async def streaming(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+    """The same model, streamed: the output tool's call (``o1``) in two deltas."""
+    (tool,) = info.output_tools
+    yield {0: DeltaToolCall(name=tool.name, json_args='{"report": ', tool_call_id="o1")}
+    yield {0: DeltaToolCall(json_args='"r"}')}
+
+
+def streamed_agent_of(saver: Saver) -> Agent[None, str]:
+    async def save(ctx: RunContext[None], report: str) -> str:
+        """Save the report."""
+        if ctx.partial_output:  # as pydantic-ai asks of a function with effects
+            return report
+        return await saver.save(report)
+
+    return Agent(FunctionModel(stream_function=streaming), output_type=ToolOutput(save))
+
+
+async def test_run_stream_an_output_function_read_to_its_end_is_the_outputs_call(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    saver = Saver(tmp_path / "f")
+    wrapped = StoppableAgent(streamed_agent_of(saver), runtime)
+    async with wrapped.run_stream("go", session="s") as stream:
+        assert await stream.get_output() == "saved r"
+    assert saver.ran == 1
+    assert outcomes(sink) == {"o1": "completed"}
+    no_violations(sink)
+
+
+async def test_run_stream_a_stop_while_the_output_function_runs_awaits_it_whole(
+    runtime: Runtime, sink: MemorySink, tmp_path: Path
+) -> None:
+    saver = Saver(tmp_path / "f")
+    wrapped = StoppableAgent(streamed_agent_of(saver), runtime)
+
+    async def read() -> None:
+        async with wrapped.run_stream("go", session="s") as stream:
+            await stream.get_output()
+
+    run = asyncio.ensure_future(read())
+    await asyncio.wait_for(saver.begun.wait(), 10)
+    assert await runtime.abort("s") is Receipt.ACCEPTED
+    assert saver.path.stat().st_size == CHUNKS * 10  # abort() returned once it was whole
+    with pytest.raises(RunCancelled):
+        await run
+    assert outcomes(sink) == {"o1": "completed_after_stop"}
+    no_violations(sink)
