@@ -20,3 +20,12 @@ def test_integrations_calls_is_a_deprecated_alias_of_wrappers() -> None:
 def test_class_for_is_a_deprecated_alias_of_cli_tool_class() -> None:
     with pytest.warns(DeprecationWarning, match="cli_tool_class"):
         assert classes.class_for is classes.cli_tool_class
+
+
+def test_the_writers_tunables_are_deprecated_aliases_in_tracing_ledger() -> None:
+    from turnwatch.tracing import ledger, ledger_writer
+
+    with pytest.warns(DeprecationWarning, match=r"tracing\.ledger_writer\.LINGER_S"):
+        assert ledger.LINGER_S == ledger_writer.LINGER_S
+    with pytest.raises(AttributeError, match="NOT_A_NAME"):
+        ledger.NOT_A_NAME  # noqa: B018 - the lookup is the test

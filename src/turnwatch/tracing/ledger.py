@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import queue
 import sqlite3
 import threading
@@ -43,8 +42,6 @@ from turnwatch.tracing.ledger_writer import BATCH_MAX, Item, Meta, Writer
 from turnwatch.tracing.past_calls import BUSY_TIMEOUT_S_PAST, LedgerCalls
 from turnwatch.tracing.paths import default_path
 from turnwatch.tracing.stages import Reader, Stages
-
-log = logging.getLogger("turnwatch.ledger")
 
 #: Events the writer keeps, in order, while the file cannot be written (a full disk, a locked or
 #: read-only file): past this, the oldest are dropped and counted lost. About 100 MB at most.
@@ -267,3 +264,31 @@ class Ledger:
             self._writer.conn.close()
         held_files.release(self.path)
         atexit.unregister(self.close)
+
+
+#: The writer's tunables, in :mod:`turnwatch.tracing.ledger_writer` since the writer is;
+#: importing one from here warns (kept through 0.2).
+_MOVED = frozenset(
+    {
+        "LINGER_BELOW",
+        "LINGER_S",
+        "WRITE_RETRIES",
+        "DROPPED_SESSIONS_MAX",
+        "RETRY_FIRST_S",
+        "RETRY_MAX_S",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _MOVED:
+        from turnwatch.tracing import ledger_writer
+
+        warnings.warn(
+            f"turnwatch.tracing.ledger.{name} is deprecated: use "
+            f"turnwatch.tracing.ledger_writer.{name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(ledger_writer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
