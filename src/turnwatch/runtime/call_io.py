@@ -27,6 +27,7 @@ from turnwatch.runtime.messages import (
 from turnwatch.runtime.model import Outcome, Phase, StopSource, ToolClass, ToolResult
 from turnwatch.runtime.protocol import Host, HostMessage, HostResult, HostStatus, Progress, Started
 
+# The logger a call always said its failures on (a logging config that names it still works).
 _log = logging.getLogger("turnwatch.runtime.calls")
 
 
