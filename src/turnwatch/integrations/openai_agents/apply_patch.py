@@ -26,7 +26,7 @@ from agents.editor import ApplyPatchOperation
 from agents.run_internal.tool_actions import ApplyPatchAction
 from agents.run_internal.tool_execution import extract_apply_patch_call_id
 
-from turnwatch.integrations.openai_agents.local import RunCall, result_of
+from turnwatch.integrations.openai_agents.local import RunCall, result_of, said_while_running
 from turnwatch.integrations.wrappers import RUN_TURN
 
 __all__ = ["install", "wrapped_patch"]
@@ -35,29 +35,19 @@ __all__ = ["install", "wrapped_patch"]
 #: its operations began] (an id is used once in a session: a second operation of one call goes
 #: under ``{id}#2``).
 _CALL: ContextVar[list[Any] | None] = ContextVar("turnwatch_sdk_apply_patch_call", default=None)
-_MARK = "_turnwatch_call_ids"
 
 
 def install() -> None:
     """Wrap the SDK's ``ApplyPatchAction.execute`` (once per process) to say which call the
     operations it hands to an editor are of."""
-    if getattr(ApplyPatchAction.execute, _MARK, False):
-        return
-    original = ApplyPatchAction.execute  # bound to the class
+    said_while_running(ApplyPatchAction, "execute", _CALL, _call_of)
 
-    async def execute(cls: type[ApplyPatchAction], *args: Any, **kwargs: Any) -> Any:
-        try:  # the SDK's own reading of it (the raw call may be a mapping or a model)
-            said: list[Any] | None = [extract_apply_patch_call_id(kwargs["call"].tool_call), 0]
-        except Exception:  # no call, or no id: the operations go under the turn's own ids
-            said = None
-        token = _CALL.set(said)
-        try:
-            return await original(*args, **kwargs)
-        finally:
-            _CALL.reset(token)
 
-    setattr(execute, _MARK, True)
-    ApplyPatchAction.execute = classmethod(execute)  # type: ignore[method-assign,assignment]
+def _call_of(kwargs: dict[str, Any]) -> list[Any]:
+    """The call whose operations ``execute`` hands out: [its id, 0 operations begun], by the
+    SDK's own reading of it (the raw call may be a mapping or a model). No call, or no id: the
+    operations go under the turn's own ids."""
+    return [extract_apply_patch_call_id(kwargs["call"].tool_call), 0]
 
 
 class _Editor:

@@ -25,7 +25,7 @@ from typing import Any
 from agents import ComputerTool
 from agents.run_internal.tool_actions import ComputerAction
 
-from turnwatch.integrations.openai_agents.local import RunCall
+from turnwatch.integrations.openai_agents.local import RunCall, said_while_running
 from turnwatch.integrations.wrappers import RUN_TURN
 
 __all__ = ["install", "wrapped_computer"]
@@ -37,29 +37,14 @@ _RUN = "_turnwatch_run_call"
 _CALL: ContextVar[tuple[str, str | None, RunCall] | None] = ContextVar(
     "turnwatch_sdk_computer_call", default=None
 )
-_MARK = "_turnwatch_computer_calls"
 
 
 def install() -> None:
     """Wrap the SDK's ``ComputerAction`` (once per process): a wrapped tool's batch of actions
     runs as a turnwatch call."""
-    if getattr(ComputerAction.execute, _MARK, False):
+    if not said_while_running(ComputerAction, "execute", _CALL, _call_of):
         return
-    execute = ComputerAction.execute  # bound to the class
     capture = ComputerAction._execute_action_and_capture  # noqa: SLF001 - see the module
-
-    async def execute_(cls: type[ComputerAction], *args: Any, **kwargs: Any) -> Any:
-        try:
-            action = kwargs["action"]
-            run = getattr(action.computer_tool, _RUN, None)
-            said = None if run is None else (action.computer_tool.name, _call_id(action), run)
-        except Exception:  # the SDK moved: the tool runs as the SDK runs it
-            said = None
-        token = _CALL.set(said)
-        try:
-            return await execute(*args, **kwargs)
-        finally:
-            _CALL.reset(token)
 
     async def capture_(cls: type[ComputerAction], computer: Any, tool_call: Any) -> Any:
         said, turn = _CALL.get(), RUN_TURN.get()
@@ -75,9 +60,15 @@ def install() -> None:
             lambda: capture(computer, tool_call),
         )
 
-    setattr(execute_, _MARK, True)
-    ComputerAction.execute = classmethod(execute_)  # type: ignore[method-assign,assignment]
     ComputerAction._execute_action_and_capture = classmethod(capture_)  # type: ignore[method-assign,assignment]  # noqa: SLF001
+
+
+def _call_of(kwargs: dict[str, Any]) -> tuple[str, str | None, RunCall] | None:
+    """The call whose actions ``execute`` runs, if its tool is a wrapped copy: (the tool's
+    name, the call's id, how its runner runs it)."""
+    action = kwargs["action"]
+    run = getattr(action.computer_tool, _RUN, None)
+    return None if run is None else (action.computer_tool.name, _call_id(action), run)
 
 
 def _call_id(action: Any) -> str | None:
