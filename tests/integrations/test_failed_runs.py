@@ -20,7 +20,7 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
 from tests.conftest import GRACE, until
-from tests.integrations import test_google_adk as adk
+from tests.integrations import adk_parts as adk
 from tests.integrations.lg_graphs import Scripted, agent_graph
 from tests.integrations.lg_tools import classed
 from tests.integrations.procs import marked_alive as lg_alive

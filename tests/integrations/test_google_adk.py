@@ -10,174 +10,52 @@ and every call has its real outcome in ADK's history: nothing is left for ADK to
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from pathlib import Path
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
 from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
 from google.adk.apps import App
-from google.adk.cli.agent_test_runner import MockModel
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.base_tool import BaseTool
-from google.adk.tools.function_tool import FunctionTool
-from google.genai import types
 
 from tests.conftest import until
+from tests.integrations.adk_parts import (
+    ABORTED,
+    HI,
+    STEP,
+    TERM_IGNORING_TREE,
+    Tools,
+    answers,
+    call,
+    classed,
+    consume,
+    history,
+    model,
+    new_session,
+    says,
+    stopping,
+    unanswered,
+    wrapped,
+)
 from tests.integrations.procs import end_marked, marked_alive
 from turnwatch import names
 from turnwatch.integrations.google_adk import StoppableRunner, ToolClassError, TurnwatchPlugin
-from turnwatch.integrations.wrappers import UnwrappedToolWarning, run_command, run_command_sync
+from turnwatch.integrations.wrappers import UnwrappedToolWarning, run_command_sync
 from turnwatch.runtime import MemorySink, Receipt, Runtime
-from turnwatch.runtime.tools.proctree import CALL_MARKER
 from turnwatch.testing import check_invariants
-
-TERM_IGNORING_TREE = "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60; wait"
-ABORTED = "INVOCATION_ABORTED"
 
 
 @pytest.fixture
 def rt(runtime: Runtime) -> Runtime:
     return runtime
-
-
-def call(cid: str, name: str, **args: Any) -> types.Part:
-    return types.Part(function_call=types.FunctionCall(id=cid, name=name, args=args))
-
-
-def says(*parts: types.Part) -> types.Content:
-    return types.Content(role="model", parts=list(parts))
-
-
-HI = types.Content(role="user", parts=[types.Part(text="go")])
-STEP = says(call("r1", "look", q="x"), call("p1", "sh"), call("w1", "write", text="a"))
-
-
-def classed(fn: Callable[..., Any], cls: str | None) -> FunctionTool:
-    """A function tool with its turnwatch class in its metadata (as ADK tools carry it)."""
-    t = FunctionTool(fn)
-    if cls is not None:
-        t.custom_metadata = {"turnwatch_class": cls}
-    return t
-
-
-class Tools:
-    """The three tools, and what they did."""
-
-    def __init__(self, *, native: bool = False, write_s: float = 0.5) -> None:
-        self.started: list[str] = []  # the write's side effect began
-        self.written: list[str] = []
-        self.spawned: list[subprocess.Popen[bytes]] = []
-        #: The write goes on only once this holds (a test's stop under way): it is in flight
-        #: when the stop comes however slowly the other tools start on a loaded machine.
-        self.hold: Callable[[], bool] = lambda: True
-
-        async def look(q: str) -> str:
-            """a slow read"""
-            await asyncio.sleep(30)
-            return "found"
-
-        async def sh() -> str:
-            """a shell command that ignores SIGTERM"""
-            return (await run_command(["bash", "-c", TERM_IGNORING_TREE])).output
-
-        def native_sh() -> str:
-            """a shell command that ignores SIGTERM, as an ADK tool runs one (in a thread of
-            its tool pool; nothing ties the command to the call)"""
-            env = {**os.environ, CALL_MARKER: "native/p1"}
-            proc = subprocess.Popen(["bash", "-c", TERM_IGNORING_TREE], env=env)
-            self.spawned.append(proc)
-            proc.wait()
-            return "done"
-
-        native_sh.__name__ = "sh"
-
-        async def write(text: str) -> str:
-            """a write that takes a while"""
-            self.started.append(text)
-            await asyncio.sleep(write_s)
-            while not self.hold():
-                await asyncio.sleep(0.005)
-            self.written.append(text)
-            return "written"
-
-        self.all = [
-            classed(look, "read_only"),
-            classed(native_sh, None) if native else classed(sh, "process"),
-            classed(write, "mutating"),
-        ]
-
-
-class Counted(MockModel):
-    """ADK's scripted model, counting how often it is asked."""
-
-    asked: int = 0
-
-    async def generate_content_async(
-        self, llm_request: LlmRequest, stream: bool = False
-    ) -> AsyncGenerator[LlmResponse, None]:
-        self.asked += 1
-        async for r in super().generate_content_async(llm_request, stream):
-            yield r
-
-
-def stopping(rt: Runtime, session: str) -> Callable[[], bool]:
-    """Whether a stop reached ``session``'s turn (or it settled)."""
-
-    def held() -> bool:
-        live = rt.session(session).live
-        return live is None or live.stopping
-
-    return held
-
-
-def model(*steps: types.Content) -> Counted:
-    scripted = MockModel.create([*steps, says(types.Part(text="done"))])
-    return Counted(model=scripted.model, responses=scripted.responses)
-
-
-async def new_session(runner: InMemoryRunner) -> str:
-    s = await runner.session_service.create_session(app_name="app", user_id="u")
-    return str(s.id)
-
-
-async def history(runner: InMemoryRunner, sid: str) -> list[Any]:
-    s = await runner.session_service.get_session(app_name="app", user_id="u", session_id=sid)
-    assert s is not None
-    return list(s.events)
-
-
-def answers(events: list[Any]) -> dict[str, dict[str, Any]]:
-    """Each call's function response in the history, by call id."""
-    return {str(r.id): dict(r.response or {}) for e in events for r in e.get_function_responses()}
-
-
-def unanswered(events: list[Any]) -> set[str]:
-    asked = {str(c.id) for e in events for c in e.get_function_calls()}
-    return asked - answers(events).keys()
-
-
-def wrapped(rt: Runtime, tools: Sequence[FunctionTool], llm: BaseLlm) -> tuple[InMemoryRunner, Any]:
-    agent = LlmAgent(name="a", model=llm, tools=list(tools))
-    runner = InMemoryRunner(
-        app=App(name="app", root_agent=agent, plugins=[TurnwatchPlugin(rt, tools)])
-    )
-    return runner, StoppableRunner(runner, rt)
-
-
-async def consume(events: AsyncIterator[Any]) -> list[Any]:
-    return [e async for e in events]
 
 
 async def test_native_an_abort_leaves_the_tree_running_and_seals_the_write_cut_short() -> None:
@@ -393,86 +271,6 @@ async def test_a_tool_the_model_named_that_does_not_exist_is_adks_to_answer(
     assert said["w1"] == {"result": "written"}
     assert {e.call for e in sink if e.kind == names.TOOL_REQUESTED} == {"w1"}
     assert check_invariants(list(sink)) == []
-
-
-TRACED = """
-import asyncio, json, sys, tempfile
-from pathlib import Path
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-exporter, provider = InMemorySpanExporter(), TracerProvider()
-provider.add_span_processor(SimpleSpanProcessor(exporter))
-trace.set_tracer_provider(provider)  # ADK's spans go to the global provider
-
-from tests.integrations.test_google_adk import HI, Tools, call, consume, model, new_session
-from tests.integrations.test_google_adk import says, wrapped
-from turnwatch import names
-from turnwatch.runtime import FanOut, LocalHost, MemorySink, Runtime
-from turnwatch.tracing.ledger import Ledger
-from turnwatch.tracing.pipeline import Telemetry
-from turnwatch.tracing.spans import SpanBuilder
-
-
-async def main(tmp):
-    ledger = Ledger(tmp / "ledger.sqlite3")
-    spans = SpanBuilder(provider.get_tracer("turnwatch"))
-    seen = MemorySink()
-    rt = Runtime(LocalHost(), grace_s=1.0, sink=FanOut(Telemetry(ledger=ledger, spans=spans), seen))
-    runner, app = wrapped(rt, Tools().all[:1], model(says(call("r1", "look", q="x"))))
-    sid = await new_session(runner)
-    run = asyncio.ensure_future(consume(app.run_async(user_id="u", session_id=sid, new_message=HI)))
-    await seen.wait_for(names.TOOL_STARTED)
-    await rt.abort(sid)
-    await asyncio.wait_for(run, 10)
-    ledger.flush(timeout=10)
-    ledger.close()
-    print(json.dumps([
-        {
-            "name": s.name,
-            "scope": s.instrumentation_scope.name,
-            "trace": s.context.trace_id,
-            "span": s.context.span_id,
-            "parent": s.parent.span_id if s.parent else None,
-            "keys": sorted(s.attributes or {}),
-        }
-        for s in exporter.get_finished_spans()
-    ]))
-
-
-with tempfile.TemporaryDirectory() as d:
-    asyncio.run(main(Path(d)))
-"""
-
-
-def test_adks_spans_and_the_stops_are_one_trace() -> None:
-    """With no span of the application's around the run, ADK's own spans (invocation, agent,
-    tool) are the run's trace: the stop joins it, under the execute_tool span of the call it
-    reached. Run in a process of its own: ADK's spans go to the global tracer provider, set
-    once per process. Ours carry ids and outcomes, never inputs or outputs."""
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": root}
-    out = subprocess.run(
-        [sys.executable, "-c", TRACED],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=root,
-    )
-    assert out.returncode == 0, out.stderr
-    spans = json.loads(out.stdout.strip().splitlines()[-1])
-    adk = [s for s in spans if s["scope"] == "gcp.vertex.agent"]
-    ours = [s for s in spans if s["scope"] == "turnwatch"]
-    assert {s["name"] for s in adk} >= {"invoke_agent a", "execute_tool look"}
-    assert {s["trace"] for s in spans} == {adk[0]["trace"]}  # one trace
-    (stop,) = [s for s in ours if s["name"] == names.SPAN_STOP]
-    (tool,) = [s for s in adk if s["name"] == "execute_tool look"]
-    assert stop["parent"] == tool["span"]
-    keys = {k for s in ours for k in s["keys"]}
-    assert not [k for k in keys if any(w in k for w in ("argument", "result", "input", "output"))]
 
 
 async def test_a_sync_process_tool_runs_its_command_contained_and_the_stop_ends_it(

@@ -24,8 +24,7 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
 from tests.conftest import until
-from tests.integrations.procs import marked_alive
-from tests.integrations.test_google_adk import (
+from tests.integrations.adk_parts import (
     HI,
     TERM_IGNORING_TREE,
     call,
@@ -36,6 +35,7 @@ from tests.integrations.test_google_adk import (
     says,
     wrapped,
 )
+from tests.integrations.procs import marked_alive
 from turnwatch import names
 from turnwatch.integrations import google_adk_confirmations as confirmations
 from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin

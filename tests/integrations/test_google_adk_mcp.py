@@ -23,7 +23,7 @@ from google.adk.tools.mcp_tool.mcp_toolset import McpToolset
 from mcp import StdioServerParameters
 
 from tests.conftest import until
-from tests.integrations.test_google_adk import (
+from tests.integrations.adk_parts import (
     HI,
     answers,
     call,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from tests.integrations import test_google_adk as adk
+from tests.integrations import adk_parts as adk
 from tests.integrations.lg_tools import Tools, unanswered
 from tests.integrations.test_wrapper_edges import settled, stop_sources
 from turnwatch.integrations.langgraph import StoppableGraph, tool_node
