@@ -20,9 +20,10 @@ from google.adk.runners import InMemoryRunner
 from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
+from turnwatch import names
 from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin
-from turnwatch.integrations.wrappers import run_command
-from turnwatch.runtime import Runtime
+from turnwatch.integrations.wrappers import Dispatcher, run_command
+from turnwatch.runtime import MemorySink, Runtime
 from turnwatch.runtime.tools.proctree import CALL_MARKER
 
 TERM_IGNORING_TREE = "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60; wait"
@@ -155,3 +156,89 @@ def wrapped(rt: Runtime, tools: Sequence[FunctionTool], llm: BaseLlm) -> tuple[I
 
 async def consume(events: AsyncIterator[Any]) -> list[Any]:
     return [e async for e in events]
+
+
+# --- tool confirmations ---
+
+CONFIRM = "adk_request_confirmation"
+OK = says(types.Part(text="ok"))
+
+
+class Writes:
+    """A write that requires confirmation (ADK's gate), and what it wrote."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.written: list[str] = []
+        self.release = asyncio.Event()
+        self.release.set()
+
+        async def write(text: str) -> str:
+            """a write the user must confirm"""
+            self.started.append(text)
+            await self.release.wait()
+            self.written.append(text)
+            return "written"
+
+        self.tool = FunctionTool(write, require_confirmation=True)
+        self.tool.custom_metadata = {"turnwatch_class": "mutating"}
+
+
+def asked(events: list[Any]) -> list[types.FunctionCall]:
+    """The confirmations the run asked for."""
+    return [c for e in events for c in e.get_function_calls() if c.name == CONFIRM]
+
+
+def confirm(request: types.FunctionCall, confirmed: bool) -> types.Content:
+    """The user's answer to ``request``, as ADK's web UI sends it."""
+    response = types.FunctionResponse(
+        name=CONFIRM, id=request.id, response={"confirmed": confirmed}
+    )
+    return types.Content(role="user", parts=[types.Part(function_response=response)])
+
+
+def kinds(sink: MemorySink, call_id: str | None) -> list[str]:
+    return [e.kind for e in sink if e.call == call_id]
+
+
+def outcome(sink: MemorySink, call_id: str | None) -> object:
+    """How the call ended, as the ledger has it."""
+    (ended,) = [e for e in sink if e.kind == names.TOOL_FINISHED and e.call == call_id]
+    return ended.attrs.get("outcome")
+
+
+def responses(events: list[Any], call_id: str) -> list[dict[str, Any]]:
+    """Every function response to ``call_id`` in the history, in order."""
+    return [
+        dict(r.response or {})
+        for e in events
+        for r in e.get_function_responses()
+        if r.id == call_id
+    ]
+
+
+def kept(app: StoppableRunner, session: str) -> list[object]:
+    """What the wrapper keeps of ``session``'s calls (slots, renamed ids)."""
+    return kept_of(app.dispatch, session)
+
+
+def kept_of(d: Dispatcher, session: str) -> list[object]:
+    return [k for k in [*d.slots, *d.renamed] if k[0] == session]
+
+
+async def reply(
+    app: StoppableRunner, sid: str, request: types.FunctionCall, confirmed: bool = True
+) -> list[Any]:
+    """The run the user's answer to ``request`` makes: its events."""
+    return await consume(
+        app.run_async(user_id="u", session_id=sid, new_message=confirm(request, confirmed))
+    )
+
+
+async def ask_to_write(rt: Runtime, w: Writes, *steps: types.Content) -> tuple[Any, Any, str, Any]:
+    """A run whose model asks to write: it ends asking for the write's confirmation."""
+    runner, app = wrapped(rt, [w.tool], model(says(call("w1", "write", text="a")), *steps))
+    sid = await new_session(runner)
+    events = await consume(app.run_async(user_id="u", session_id=sid, new_message=HI))
+    (request,) = asked(events)
+    return runner, app, sid, request

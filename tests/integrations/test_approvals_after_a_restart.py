@@ -19,8 +19,17 @@ from google.adk.sessions import InMemorySessionService
 from pydantic_ai import DeferredToolResults
 
 from tests.conftest import GRACE
-from tests.integrations.adk_parts import HI, call, consume, model, new_session, says
-from tests.integrations.test_google_adk_confirmations import Writes, asked, confirm
+from tests.integrations.adk_parts import (
+    HI,
+    Writes,
+    asked,
+    call,
+    confirm,
+    consume,
+    model,
+    new_session,
+    says,
+)
 from tests.integrations.test_openai_agents import approval_agent as sdk_approval_agent
 from tests.integrations.test_pydantic_ai import approval_agent
 from turnwatch import names
