@@ -30,8 +30,8 @@ from tests.integrations.adk_parts import (
     new_session,
     says,
 )
+from tests.integrations.pai_parts import approval_agent
 from tests.integrations.test_openai_agents import approval_agent as sdk_approval_agent
-from tests.integrations.test_pydantic_ai import approval_agent
 from turnwatch import names
 from turnwatch.integrations.google_adk import StoppableRunner, TurnwatchPlugin
 from turnwatch.integrations.openai_agents import StoppableRunner as SdkRunner

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GRACE
-from tests.integrations.test_pydantic_ai import TERM_IGNORING_TREE, marked_alive
+from tests.integrations.pai_parts import TERM_IGNORING_TREE, marked_alive
 from turnwatch import names
 from turnwatch.integrations.wrappers import CANCEL_SLACK_S
 from turnwatch.tracing.ledger import read_events
@@ -27,7 +27,7 @@ PROGRAMS = {
         from pydantic_ai import Agent
         from pydantic_ai.messages import ToolCallPart
         from pydantic_ai.models.function import FunctionModel
-        from tests.integrations.test_pydantic_ai import calls
+        from tests.integrations.pai_parts import calls
         from turnwatch.integrations import pydantic_ai as w
 
         agent = Agent(FunctionModel(calls(ToolCallPart("sh", {}, tool_call_id="p1"))))

@@ -23,10 +23,11 @@ from tests.conftest import GRACE, until
 from tests.integrations import adk_parts as adk
 from tests.integrations.lg_graphs import Scripted, agent_graph
 from tests.integrations.lg_tools import classed
+from tests.integrations.pai_parts import TERM_IGNORING_TREE, calls, marked_alive
 from tests.integrations.procs import marked_alive as lg_alive
 from tests.integrations.test_openai_agents import scripted
-from tests.integrations.test_pydantic_ai import TERM_IGNORING_TREE, calls, marked_alive, outcomes
 from tests.integrations.test_wrapper_edges import settled, sh_tool
+from tests.integrations.verdicts import outcomes
 from turnwatch.integrations import openai_agents
 from turnwatch.integrations.langgraph import StoppableGraph, tool_node
 from turnwatch.integrations.pydantic_ai import StoppableAgent

@@ -19,7 +19,7 @@ from tests.conftest import GRACE, until
 from tests.integrations.lg_graphs import Scripted, agent_graph, parent_of
 from tests.integrations.lg_tools import CALLS, Tools, unanswered
 from tests.integrations.procs import marked_alive
-from tests.integrations.test_pydantic_ai import outcomes
+from tests.integrations.verdicts import outcomes
 from turnwatch import names
 from turnwatch.integrations.langgraph import StoppableGraph, ToolClassError, tool_node
 from turnwatch.runtime import LocalHost, MemorySink, Receipt, Runtime

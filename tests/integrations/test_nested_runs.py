@@ -18,9 +18,10 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
 from tests.conftest import GRACE, turnwatch, until
+from tests.integrations.pai_parts import calls, marked_alive
 from tests.integrations.test_openai_agents import scripted
-from tests.integrations.test_pydantic_ai import calls, marked_alive, no_violations, outcomes
 from tests.integrations.test_wrapper_edges import sh_tool, stop_sources
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations import openai_agents, pydantic_ai
 from turnwatch.runtime import FanOut, LocalHost, MemorySink, Receipt, Runtime

@@ -30,16 +30,15 @@ from agents import (
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from tests.conftest import release_when_read, until
-from tests.integrations.test_pydantic_ai import (
+from tests.integrations.pai_parts import (
     CHUNK,
     CHUNKS,
     TERM_IGNORING_TREE,
     begun,
     marked_alive,
-    no_violations,
-    outcomes,
     write_in_chunks,
 )
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.openai_agents import (
     FunctionSpans,
@@ -301,7 +300,7 @@ async def test_the_stop_and_its_calls_join_the_sdk_s_trace() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from tests.integrations.test_pydantic_ai import wait_forever
+    from tests.integrations.pai_parts import wait_forever
     from turnwatch.runtime import LocalHost
     from turnwatch.tracing.spans import SpanBuilder
 

@@ -13,7 +13,7 @@ import asyncio
 import os
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +22,29 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults
+from pydantic_ai import Agent, CancellationToken, DeferredToolRequests
 from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
     ToolCallPart,
-    ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
-from tests.conftest import GRACE, release_when_read, this_run, until
+from tests.conftest import GRACE, release_when_read, until
+from tests.integrations.pai_parts import (
+    CHUNK,
+    CHUNKS,
+    TERM_IGNORING_TREE,
+    approval_agent,
+    approve,
+    begun,
+    calls,
+    marked_alive,
+    wait_forever,
+    write_in_chunks,
+)
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.pydantic_ai import (
     STOPPED,
@@ -46,88 +54,16 @@ from turnwatch.integrations.pydantic_ai import (
 )
 from turnwatch.runtime import FanOut, LocalHost, MemorySink, Receipt, Runtime
 from turnwatch.runtime.model import RecoveryResult
-from turnwatch.runtime.tools.proctree import CALL_MARKER
-from turnwatch.testing import check_invariants
 from turnwatch.tracing.ledger import Ledger
 from turnwatch.tracing.spans import SpanBuilder
 from turnwatch.watchdog.loop import Watchdog
 from turnwatch.watchdog.scan import Config
-
-TERM_IGNORING_TREE = "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60; wait"
-CHUNKS, CHUNK = 20, b"x" * 4096
-
-
-def calls(*parts: ToolCallPart) -> Callable[[list[ModelMessage], AgentInfo], ModelResponse]:
-    """A model that asks for ``parts`` once, then answers with what the tools returned."""
-
-    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        if len(messages) == 1:
-            return ModelResponse(parts=list(parts))
-        returned = [
-            p.content
-            for m in messages
-            if isinstance(m, ModelRequest)
-            for p in m.parts
-            if isinstance(p, ToolReturnPart)
-        ]
-        return ModelResponse(parts=[TextPart(repr(returned))])
-
-    return model
-
-
-def marked_alive() -> list[psutil.Process]:
-    """Processes a turnwatch call started that still run (their environment names the call)."""
-    out = []
-    for p in psutil.process_iter():
-        try:
-            env = p.environ()
-            if CALL_MARKER in env and this_run(env) and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
-
-
-def begun(path: Path) -> bool:
-    """The write has its first chunk on disk (and is not whole yet, CHUNKS being many)."""
-    return path.exists() and path.stat().st_size > 0
-
-
-async def wait_forever() -> str:
-    """A read-only call that never answers (a hung mount, asynchronously)."""
-    await asyncio.sleep(3600)
-    return "never"
-
-
-async def write_in_chunks(path: str) -> str:
-    """A large Write: twenty chunks, the loop free between them (where a cancel lands)."""
-    with open(path, "wb") as f:
-        for _ in range(CHUNKS):
-            f.write(CHUNK)
-            f.flush()
-            await asyncio.sleep(0.02)
-    return "written"
 
 
 @pytest.fixture
 def rt(runtime: Runtime) -> Runtime:
     """The shared runtime (grace window GRACE, recording into ``sink``)."""
     return runtime
-
-
-def no_violations(sink: MemorySink) -> None:
-    assert check_invariants(list(sink)) == []
-
-
-def outcomes(sink: MemorySink) -> dict[str, str]:
-    """Each call's release: its outcome (a discard is an event of its own)."""
-    return {
-        str(e.call): "discarded"
-        if e.kind == names.TOOL_RESULT_DISCARDED
-        else str(e.attrs.get("outcome"))
-        for e in sink
-        if e.kind in (names.TOOL_FINISHED, names.TOOL_RESULT_DISCARDED) and e.call is not None
-    }
 
 
 # --- a process tool: a TERM-ignoring tree ---
@@ -261,38 +197,6 @@ async def test_wrapped_a_stopped_sync_read_is_discarded_and_cannot_hold_the_exit
 
 
 # --- approvals ---
-
-
-def approval_agent(target: Path) -> tuple[Agent[None, str | DeferredToolRequests], list[str]]:
-    seen: list[str] = []
-
-    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        if len(messages) == 1:
-            return ModelResponse(parts=[ToolCallPart("delete", {"path": str(target)}, "a1")])
-        for m in messages:
-            if isinstance(m, ModelRequest):
-                seen.extend(str(p.content) for p in m.parts if isinstance(p, ToolReturnPart))
-        return ModelResponse(parts=[TextPart("ok")])
-
-    agent: Agent[None, str | DeferredToolRequests] = Agent(
-        FunctionModel(model), output_type=[str, DeferredToolRequests]
-    )
-
-    @agent.tool_plain(requires_approval=True)
-    def delete(path: str) -> str:
-        os.unlink(path)
-        return "deleted"
-
-    return agent, seen
-
-
-async def approve(wrapped: StoppableAgent[Any, Any], first: Any, approved: bool = True) -> Any:
-    """The user clicks Approve (or Deny) on the run's one prompt: the next run, with the answer."""
-    return await wrapped.run(
-        message_history=first.all_messages(),
-        session="s",
-        deferred_tool_results=DeferredToolResults(approvals={"a1": approved}),
-    )
 
 
 async def test_an_approval_given_after_the_stop_is_refused(

@@ -21,7 +21,8 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
 from tests.conftest import until
-from tests.integrations.test_pydantic_ai import calls, no_violations, outcomes
+from tests.integrations.pai_parts import calls
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.pydantic_ai import StoppableAgent
 from turnwatch.runtime import MemorySink, Receipt, Runtime

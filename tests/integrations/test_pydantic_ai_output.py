@@ -23,7 +23,7 @@ from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
-from tests.integrations.test_pydantic_ai import no_violations, outcomes
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.pydantic_ai import StoppableAgent
 from turnwatch.runtime import MemorySink, Receipt, Runtime

@@ -22,7 +22,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolR
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from tests.conftest import until
-from tests.integrations.test_pydantic_ai import (
+from tests.integrations.pai_parts import (
     CHUNK,
     CHUNKS,
     TERM_IGNORING_TREE,
@@ -30,11 +30,10 @@ from tests.integrations.test_pydantic_ai import (
     begun,
     calls,
     marked_alive,
-    no_violations,
-    outcomes,
     write_in_chunks,
 )
 from tests.integrations.test_wrapper_edges import settled, stop_sources
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.pydantic_ai import StoppableAgent, run_command
 from turnwatch.runtime import MemorySink, Receipt, Runtime

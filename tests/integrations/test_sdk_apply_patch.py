@@ -26,8 +26,8 @@ from tests.integrations.test_openai_agents import (
     approved_in_time,
     consume,
 )
-from tests.integrations.test_pydantic_ai import no_violations, outcomes
 from tests.integrations.test_sdk_shell import streamed
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.openai_agents import (
     RunStopped,

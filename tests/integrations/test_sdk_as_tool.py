@@ -14,17 +14,10 @@ from agents.run import get_default_agent_runner, set_default_agent_runner
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from tests.conftest import until
+from tests.integrations.pai_parts import CHUNK, CHUNKS, begun, marked_alive, wait_forever
 from tests.integrations.test_openai_agents import scripted
-from tests.integrations.test_pydantic_ai import (
-    CHUNK,
-    CHUNKS,
-    begun,
-    marked_alive,
-    no_violations,
-    outcomes,
-    wait_forever,
-)
 from tests.integrations.test_wrapper_edges import sdk_writer, sh_tool
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations import openai_agents
 from turnwatch.integrations.openai_agents.nesting import NestingRunner

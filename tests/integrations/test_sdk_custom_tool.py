@@ -18,7 +18,6 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message
 from openai.types.responses import ResponseCustomToolCall
 
 from tests.integrations.test_openai_agents import approved_after_the_stop, consume
-from tests.integrations.test_pydantic_ai import no_violations, outcomes
 from tests.integrations.test_sdk_apply_patch import (
     CHUNK_S,
     CHUNKS,
@@ -26,6 +25,7 @@ from tests.integrations.test_sdk_apply_patch import (
     write_in_chunks,
 )
 from tests.integrations.test_sdk_shell import streamed
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.openai_agents import StoppableRunner, tool_class
 from turnwatch.runtime import MemorySink, Runtime

@@ -15,8 +15,8 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message
 from openai.types.responses.response_output_item import McpApprovalRequest
 
 from tests.integrations.test_openai_agents import approved_after_the_stop, approved_in_time
-from tests.integrations.test_pydantic_ai import no_violations
 from tests.integrations.test_sdk_shell import streamed
+from tests.integrations.verdicts import no_violations
 from turnwatch import names
 from turnwatch.integrations.openai_agents import StoppableRunner
 from turnwatch.runtime import MemorySink, Runtime

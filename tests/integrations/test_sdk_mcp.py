@@ -26,7 +26,7 @@ from tests.integrations.test_openai_agents import (
     consume,
     scripted,
 )
-from tests.integrations.test_pydantic_ai import no_violations, outcomes
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.openai_agents import RunStopped, StoppableRunner, ToolClassError
 from turnwatch.runtime import MemorySink, Receipt, Runtime

@@ -30,7 +30,7 @@ from openai.types.responses.response_output_item import LocalShellCall, LocalShe
 from tests.conftest import until
 from tests.integrations.procs import end_marked, marked_alive
 from tests.integrations.test_openai_agents import consume
-from tests.integrations.test_pydantic_ai import no_violations, outcomes
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.openai_agents import (
     RunStopped,

@@ -12,8 +12,8 @@ from agents import Agent, MaxTurnsExceeded, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from tests.integrations.test_openai_agents import approval_agent, consume, scripted
-from tests.integrations.test_pydantic_ai import no_violations, outcomes
 from tests.integrations.test_wrapper_edges import settled
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations.openai_agents import RunStopped, StoppableRunner
 from turnwatch.runtime import MemorySink, Runtime

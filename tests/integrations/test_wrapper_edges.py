@@ -23,18 +23,17 @@ from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 from tests.conftest import GRACE, turnwatch, until
-from tests.integrations.test_openai_agents import scripted
-from tests.integrations.test_pydantic_ai import (
+from tests.integrations.pai_parts import (
     CHUNK,
     CHUNKS,
     TERM_IGNORING_TREE,
     begun,
     calls,
     marked_alive,
-    no_violations,
-    outcomes,
     write_in_chunks,
 )
+from tests.integrations.test_openai_agents import scripted
+from tests.integrations.verdicts import no_violations, outcomes
 from turnwatch import names
 from turnwatch.integrations import openai_agents, pydantic_ai
 from turnwatch.integrations.wrappers import CANCEL_SLACK_S
