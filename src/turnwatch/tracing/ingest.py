@@ -18,7 +18,7 @@ from typing import IO, Any, cast
 import fastjsonschema
 
 from turnwatch import names
-from turnwatch.runtime.events import Event, EventSink
+from turnwatch.runtime.events import NO_ATTRS, Event, EventSink, new_event
 from turnwatch.runtime.lines import CHUNK, LineReader, Oversized
 from turnwatch.tracing import codec
 
@@ -260,17 +260,22 @@ def parse_line(raw: bytes | Oversized, lineno: int) -> Event | BadLine | None:
                 lineno, f"ts {ts!r} is not unix seconds: after the year 5138 (milliseconds?)"
             )
         return BadLine(lineno, exc.message)
-    return Event(
-        kind=obj["kind"],
-        session=obj["session"],
-        ts_unix=float(obj["ts"]),
-        mono_ns=obj.get("mono_ns"),
-        turn=obj.get("turn"),
-        call=obj.get("call"),
-        tool=obj.get("tool"),
-        attrs=obj.get("attrs") or {},
-        trace_id=obj.get("trace_id"),
-        span_id=obj.get("span_id"),
+    get = obj.get
+    # Positional, by tuple.__new__: a named tuple's keyword __new__ cost more than the parse.
+    return new_event(
+        Event,
+        (
+            obj["kind"],
+            obj["session"],
+            float(obj["ts"]),
+            get("mono_ns"),
+            get("turn"),
+            get("call"),
+            get("tool"),
+            get("attrs") or NO_ATTRS,
+            get("trace_id"),
+            get("span_id"),
+        ),
     )
 
 
