@@ -150,14 +150,8 @@ def test_the_short_way_never_accepts_what_the_schema_refuses(
         obj["attrs"] = {**obj["attrs"], **attrs}  # type: ignore[dict-item]
     elif attrs is not None:
         obj["attrs"] = attrs
-    verdicts = []
-    for validate in (_plain(), validator()):
-        try:
-            validate(obj)
-            verdicts.append("ok")
-        except fastjsonschema.JsonSchemaValueException as exc:
-            verdicts.append(exc.message)
-    assert verdicts[0] == verdicts[1], obj
+    plain, fast = _verdicts(obj)
+    assert plain == fast, obj
 
 
 def test_the_short_way_is_taken_for_the_shipped_schema() -> None:
@@ -179,6 +173,18 @@ def test_the_short_way_is_taken_for_the_shipped_schema() -> None:
         "attrs": {"pid": 7, "create_time": 2.5, "class": "process"},
     }
     assert module._fits(line, shape)  # noqa: SLF001
+
+
+def _verdicts(obj: object) -> tuple[str, str]:
+    """The plain schema's verdict on ``obj`` and the shipped validator's: "ok" or the words."""
+    verdicts = []
+    for validate in (_plain(), validator()):
+        try:
+            validate(obj)
+            verdicts.append("ok")
+        except fastjsonschema.JsonSchemaValueException as exc:
+            verdicts.append(exc.message)
+    return verdicts[0], verdicts[1]
 
 
 @functools.cache
@@ -204,11 +210,5 @@ def test_kind_dispatch_gives_the_plain_schema_verdicts(
     for key, value in (("turn", turn), ("call", call), ("tool", tool), ("attrs", attrs)):
         if value is not None:
             obj[key] = value
-    verdicts = []
-    for validate in (_plain(), validator()):
-        try:
-            validate(obj)
-            verdicts.append("ok")
-        except fastjsonschema.JsonSchemaValueException as exc:
-            verdicts.append(exc.message)
-    assert verdicts[0] == verdicts[1]
+    plain, fast = _verdicts(obj)
+    assert plain == fast, obj
