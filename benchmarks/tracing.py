@@ -21,7 +21,7 @@ from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.tracing import view
 from turnwatch.tracing.ingest import ingest
 from turnwatch.tracing.ledger import BATCH_MAX, Ledger, connect
-from turnwatch.tracing.ledger_file import _INSERT_EVENTS, _rows
+from turnwatch.tracing.ledger_batch import _INSERT_EVENTS, _rows
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
 

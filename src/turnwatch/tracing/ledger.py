@@ -26,6 +26,7 @@ from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import StepReader
 from turnwatch.tracing.dedup import dedup_key
 from turnwatch.tracing.gaps import Losses
+from turnwatch.tracing.ledger_batch import write_batch
 from turnwatch.tracing.ledger_file import (
     APPLICATION,
     BUSY_TIMEOUT_S,
@@ -36,7 +37,6 @@ from turnwatch.tracing.ledger_file import (
     get_meta,
     meta_keys,
     read_events,
-    write_batch,
 )
 from turnwatch.tracing.ledger_writer import BATCH_MAX, Item, Meta, Writer
 from turnwatch.tracing.past_calls import BUSY_TIMEOUT_S_PAST, LedgerCalls

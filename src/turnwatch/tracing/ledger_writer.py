@@ -27,7 +27,8 @@ from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import Step
 from turnwatch.tracing import batchsql, codec
 from turnwatch.tracing.gaps import Gap, Losses, note_gap
-from turnwatch.tracing.ledger_file import LedgerError, connect, damaged, file_id, write_batch
+from turnwatch.tracing.ledger_batch import write_batch
+from turnwatch.tracing.ledger_file import LedgerError, connect, damaged, file_id
 from turnwatch.tracing.stages import Stages
 from turnwatch.tracing.summary import Summary
 
