@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,6 +23,9 @@ from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect
 from turnwatch.tracing.prune import Pruned, prune
 from turnwatch.tracing.rows import damaged_summaries
 from turnwatch.watchdog.inprocess import merged, runtime_findings
+from turnwatch.watchdog.pacing import BACKOFF_MAX_S as BACKOFF_MAX_S  # their home before pacing
+from turnwatch.watchdog.pacing import BACKOFF_MIN_S as BACKOFF_MIN_S
+from turnwatch.watchdog.pacing import DEFAULT_RATE_PER_MIN, Pacing
 from turnwatch.watchdog.recover import Recoverer, Recovery
 from turnwatch.watchdog.scan import (
     DEFAULT_CONFIG,
@@ -41,10 +43,6 @@ if TYPE_CHECKING:
     from turnwatch.watchdog.threads import Threads
 
 DEFAULT_INTERVAL_S = 5.0
-DEFAULT_RATE_PER_MIN = 30
-#: A session whose recovery failed is tried again after this, doubling per failure up to the max.
-BACKOFF_MIN_S = 10.0
-BACKOFF_MAX_S = 600.0
 #: With ``retain_s``, how often the ledger is pruned (and once at the first cycle).
 PRUNE_EVERY_S = 600.0
 _RECOVERABLE = {
@@ -112,7 +110,7 @@ class Watchdog:
         self.sink = sink
         self.cfg = cfg
         self.recover = recover
-        self.rate_per_min = rate_per_min
+        self.pacing = Pacing(rate_per_min)
         self.observe_scan = observe_scan
         self.guard = Guard()
         self.runtime = runtime
@@ -128,9 +126,6 @@ class Watchdog:
         )
         # Findings already reported as events (by key), among those the last scan still saw.
         self._reported: set[tuple[object, ...]] = set()
-        self._recent: deque[float] = deque()
-        # Per session, after a failed recovery: (not before, monotonic; the delay that was set).
-        self._backoff: dict[str, tuple[float, float]] = {}
         self.say = say
         self._unread: str | None = None  # why the ledger could not be read, while it cannot
         self._damaged: set[str] = set()  # damaged rows of processing sessions, said
@@ -221,28 +216,14 @@ class Watchdog:
             self.observe_scan(result.duration_s)
         return result
 
-    def _backing_off(self, f: Finding) -> float:
-        """Seconds until ``f``'s session may be tried again after a failure (0: now)."""
-        entry = self._backoff.get(f.session)
-        return max(0.0, entry[0] - time.monotonic()) if entry else 0.0
+    @property
+    def rate_per_min(self) -> int:
+        """Recoveries allowed per minute, across sessions (:class:`Pacing`)."""
+        return self.pacing.rate_per_min
 
-    def _note(self, f: Finding, result: RecoveryResult) -> None:
-        """A failure doubles the session's back-off (up to BACKOFF_MAX_S); a success clears it."""
-        if result is RecoveryResult.FAILED:
-            _, last = self._backoff.get(f.session, (0.0, BACKOFF_MIN_S / 2))
-            delay = min(last * 2, BACKOFF_MAX_S)
-            self._backoff[f.session] = (time.monotonic() + delay, delay)
-        elif result is RecoveryResult.OK:
-            self._backoff.pop(f.session, None)
-
-    def _allowed(self) -> bool:
-        now = time.monotonic()
-        while self._recent and now - self._recent[0] > 60:
-            self._recent.popleft()
-        if len(self._recent) >= self.rate_per_min:
-            return False
-        self._recent.append(now)
-        return True
+    @rate_per_min.setter
+    def rate_per_min(self, value: int) -> None:
+        self.pacing.rate_per_min = value
 
     async def cycle(self) -> Cycle:
         """Scan once; report new findings; recover what can be recovered."""
@@ -273,8 +254,7 @@ class Watchdog:
         # ledger cleared nothing: what was reported stays reported.
         if result.unread is None:
             self._reported = current
-            standing = {f.session for f in result.findings}
-            self._backoff = {s: v for s, v in self._backoff.items() if s in standing}
+            self.pacing.keep({f.session for f in result.findings})
         else:
             self._reported |= current
         if self.recover:
@@ -336,10 +316,10 @@ class Watchdog:
             for f in _one_per_target(findings):
                 if f.kind not in _RECOVERABLE and not self._repairable(f):
                     actions.append(Recovery(f, f.action, RecoveryResult.REPORT_ONLY))
-                elif not self.recoverer.dry_run and (wait := self._backing_off(f)):
+                elif not self.recoverer.dry_run and (wait := self.pacing.backing_off(f.session)):
                     why = f"backing off {wait:.0f} s after a failed recovery"
                     actions.append(Recovery(f, f.action, RecoveryResult.DEFERRED, why))
-                elif not self.recoverer.dry_run and not self._allowed():
+                elif not self.recoverer.dry_run and not self.pacing.allowed():
                     actions.append(
                         Recovery(f, f.action, RecoveryResult.DEFERRED, "rate limit reached")
                     )
@@ -357,7 +337,7 @@ class Watchdog:
             done = [r for r in ended if isinstance(r, Recovery)]
             if not self.recoverer.dry_run:
                 for recovery in done:
-                    self._note(recovery.finding, recovery.result)
+                    self.pacing.note(recovery.finding.session, recovery.result)
             for r in ended:
                 if isinstance(r, BaseException):
                     raise r
