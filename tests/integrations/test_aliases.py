@@ -29,3 +29,13 @@ def test_the_writers_tunables_are_deprecated_aliases_in_tracing_ledger() -> None
         assert ledger.LINGER_S == ledger_writer.LINGER_S
     with pytest.raises(AttributeError, match="NOT_A_NAME"):
         ledger.NOT_A_NAME  # noqa: B018 - the lookup is the test
+
+
+def test_write_batch_is_a_deprecated_alias_in_ledger_file() -> None:
+    from turnwatch.tracing import ledger, ledger_batch, ledger_file
+
+    assert ledger.write_batch is ledger_batch.write_batch  # its public home, no warning
+    with pytest.warns(DeprecationWarning, match=r"tracing\.ledger_batch\.write_batch"):
+        assert ledger_file.write_batch is ledger_batch.write_batch
+    with pytest.raises(AttributeError, match="NOT_A_NAME"):
+        ledger_file.NOT_A_NAME  # noqa: B018

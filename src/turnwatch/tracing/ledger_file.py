@@ -309,3 +309,20 @@ def file_id(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def __getattr__(name: str) -> object:
+    # write_batch's home before ledger_batch: kept through 0.2, as the changelog says.
+    if name == "write_batch":
+        import warnings
+
+        from turnwatch.tracing import ledger_batch
+
+        warnings.warn(
+            "turnwatch.tracing.ledger_file.write_batch is deprecated: use "
+            "turnwatch.tracing.ledger_batch.write_batch (or turnwatch.tracing.ledger's)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ledger_batch.write_batch
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
