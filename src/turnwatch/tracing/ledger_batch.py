@@ -112,5 +112,9 @@ def _unseen(
             seen.add(key)  # the same line twice in one batch counts once too
             new_keys.append((key,))
         fresh.append(ev)
-    _INSERT_KEYS(conn, new_keys)
+    # In key order: each page of the index is changed once, in one pass, not visited back and
+    # forth (a batch of many sessions' lines spreads its keys over the index). The writer with
+    # keys, sorted against not, on a throttled 2-core VM: faster in five of six pairs, -3 % to
+    # +41 %, median +25 % (#31).
+    _INSERT_KEYS(conn, sorted(new_keys))
     return fresh
