@@ -77,7 +77,8 @@ def test_one_scan_serves_no_metrics_and_reads_no_agent_logs(
 ) -> None:
     """Without --agents and outside the loop, neither the metrics server nor the agent CLIs'
     readers are wanted (~65 ms of imports); a look records nothing, so it builds no spans (the
-    OpenTelemetry SDK, ~30 ms), and it reads /proc itself (psutil, ~15 ms) (#31)."""
+    OpenTelemetry SDK, ~30 ms), and it reads /proc itself (psutil, ~15 ms) (#31). Nor does it
+    become a subreaper (ctypes)."""
     mods = imported(tmp_path, *argv, "--ledger", str(ledger))
     assert "turnwatch.watchdog.scan" in mods  # it did scan
     unwanted = (
@@ -87,6 +88,7 @@ def test_one_scan_serves_no_metrics_and_reads_no_agent_logs(
         "turnwatch.exporters.otel",
         "opentelemetry.sdk",
         "psutil",
+        "ctypes",  # only to become a subreaper, which a look never does (~2 ms)
     )
     assert sorted(m for m in mods if m.startswith(unwanted)) == []
 
