@@ -89,8 +89,13 @@ def test_one_scan_serves_no_metrics_and_reads_no_agent_logs(
         "opentelemetry.sdk",
         "psutil",
         "ctypes",  # only to become a subreaper, which a look never does (~2 ms)
+        # A look writes nothing: no ledger writer thread, no pipeline feeding it (~3 ms).
+        "turnwatch.tracing.ledger_writer",
+        "turnwatch.tracing.ledger_batch",
+        "turnwatch.tracing.pipeline",
     )
     assert sorted(m for m in mods if m.startswith(unwanted)) == []
+    assert "turnwatch.tracing.ledger" not in mods
 
 
 @pytest.mark.parametrize(

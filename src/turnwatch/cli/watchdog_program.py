@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from turnwatch.cli.common import said_lost
-from turnwatch.tracing.ledger import Ledger
-from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.watchdog.loop import Cycle, Watchdog
 from turnwatch.watchdog.report import ChangeLog
 from turnwatch.watchdog.scan import Config
 
 if TYPE_CHECKING:
     from turnwatch.cli import agent_files
+    from turnwatch.tracing.ledger import Ledger
     from turnwatch.watchdog.threads import Threads
 
 # The metrics server (prometheus_client, http.server) and the agent CLIs' readers are imported
@@ -56,8 +55,11 @@ def make_watchdog(
             threads=threads,
         )
         return look, lambda: None
-    # Imported here: a look (`watch --once`, `recover --dry-run`) builds no spans (~30 ms).
+    # Imported here: a look (`watch --once`, `recover --dry-run`) builds no spans (~30 ms) and
+    # writes nothing (the ledger's writer thread and its pipeline).
     from turnwatch.exporters.otel import tracer_provider
+    from turnwatch.tracing.ledger import Ledger
+    from turnwatch.tracing.pipeline import Telemetry
     from turnwatch.tracing.spans import SpanBuilder
 
     provider = tracer_provider()  # first: an exporter that cannot be had opens nothing

@@ -19,7 +19,7 @@ from turnwatch import names
 from turnwatch.runtime.events import EventSink, wall_event
 from turnwatch.runtime.model import FindingKind, RecoveryResult
 from turnwatch.runtime.procfs import ProcessTable
-from turnwatch.tracing.ledger import LedgerError, LedgerNotReady, connect
+from turnwatch.tracing.ledger_file import LedgerError, LedgerNotReady, connect
 from turnwatch.tracing.prune import Pruned, prune
 from turnwatch.tracing.rows import damaged_summaries
 from turnwatch.watchdog.inprocess import merged, runtime_findings
