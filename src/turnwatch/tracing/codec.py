@@ -119,12 +119,12 @@ def storable_rows(rows: list[Any]) -> list[Any]:
 # The check costs each ingested line about what orjson's parse does; a regular expression's
 # search cost three times that (#31). Every ASCII digit becomes ``0``, every other byte a space,
 # and C's substring search looks for 19 zeros in a row: the same answer as ``[0-9]{19}`` (no
-# byte of another character in UTF-8 is ASCII). Text read back from the ledger is mostly short
-# attributes (``{}``): shorter than 19 characters, it holds no such run.
+# byte of another character in UTF-8 is ASCII). Text (attributes read back from the ledger) is
+# encoded first, a lone surrogate passed through as its three non-ASCII bytes: one check for
+# both, against the regular expression 0.95 µs vs 2.5 on 104 characters, 0.76 vs 0.45 on 23
+# (this VM, throttled). Shorter than 19, text holds no such run (most stored attrs: ``{}``).
 _ZERO_DIGITS = bytes(0x30 if 0x30 <= c <= 0x39 else 0x20 for c in range(256))
 _LONG_RUN = b"0" * 19
-# Possessive: no backtracking into a run that failed.
-_LONG_TEXT = re.compile(r"[0-9]{19}+")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
@@ -133,7 +133,7 @@ def _long_digits(data: bytes | str) -> bool:
     if len(data) < 19:
         return False
     if isinstance(data, str):
-        return _LONG_TEXT.search(data) is not None
+        data = data.encode("utf-8", "surrogatepass")
     return _LONG_RUN in data.translate(_ZERO_DIGITS)
 
 
