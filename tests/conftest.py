@@ -134,6 +134,17 @@ async def until(cond: Callable[[], object], timeout: float = 10.0, what: str = "
         await asyncio.sleep(0.005)
 
 
+class FakeClock:
+    """Monotonic seconds a test moves by hand (``clock.now += 600``), for what takes a clock:
+    ten minutes of back-off or a tombstone's TTL without waiting them."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def worker_alive(call_id: str) -> bool:
     """Whether a host worker thread of ``call_id`` still runs (threads are named after calls)."""
     return any(t.name.endswith(f" {call_id}") and t.is_alive() for t in threading.enumerate())

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
+from tests.conftest import FakeClock
 from turnwatch.runtime import AbortRegistry, LocalHost, Phase, Runtime, StopSource
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_tombstone_expires_after_its_ttl() -> None:

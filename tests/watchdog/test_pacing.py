@@ -4,20 +4,13 @@ found, clears it. The clock is the test's own: it does not wait ten minutes."""
 
 from __future__ import annotations
 
+from tests.conftest import FakeClock
 from turnwatch.runtime.model import RecoveryResult
 from turnwatch.watchdog.pacing import BACKOFF_MAX_S, BACKOFF_MIN_S, Pacing
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_rate_limit_counts_the_last_minute_only() -> None:
-    clock = Clock()
+    clock = FakeClock()
     p = Pacing(rate_per_min=3, clock=clock)
     assert [p.allowed() for _ in range(4)] == [True, True, True, False]
     clock.now += 59
@@ -27,7 +20,7 @@ def test_the_rate_limit_counts_the_last_minute_only() -> None:
 
 
 def test_a_failed_session_backs_off_doubling_up_to_the_cap() -> None:
-    clock = Clock()
+    clock = FakeClock()
     p = Pacing(clock=clock)
     assert p.backing_off("s") == 0.0
     delays = []
@@ -43,7 +36,7 @@ def test_a_failed_session_backs_off_doubling_up_to_the_cap() -> None:
 
 
 def test_success_or_no_longer_found_clears_the_back_off() -> None:
-    clock = Clock()
+    clock = FakeClock()
     p = Pacing(clock=clock)
     for session in ("a", "b", "c"):
         p.note(session, RecoveryResult.FAILED)
