@@ -1,5 +1,5 @@
 """``python -m turnwatch``."""
 
-from turnwatch.cli.app import main
+from turnwatch.cli.entry import main
 
 main()

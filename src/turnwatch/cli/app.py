@@ -7,10 +7,14 @@ Heavy imports (the OpenTelemetry SDK, psutil) happen inside the commands, so ``-
 
 from __future__ import annotations
 
+import functools
 import importlib
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
+
+from turnwatch.cli.entry import resume_gc
 
 #: Each command's name → its module in ``cli/commands/`` (and its function, of the same name),
 #: in the order ``--help`` lists them.
@@ -65,8 +69,20 @@ def build(only: str | None = None) -> typer.Typer:
     for name, module in COMMANDS.items():
         if only is None or only == name:
             command = importlib.import_module(f"turnwatch.cli.commands.{module}")
-            app.command(name)(getattr(command, module))
+            app.command(name)(_collecting(getattr(command, module)))
     return app
+
+
+def _collecting(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command``, run with the garbage collector on: the console script pauses it while the
+    command starts (:mod:`turnwatch.cli.entry`). typer reads the signature through the wrapper."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        resume_gc()
+        return command(*args, **kwargs)
+
+    return run
 
 
 _app: typer.Typer | None = None
