@@ -13,7 +13,6 @@ turnwatch's modules again (~50 ms) and the figures would be about this checkout,
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,10 +49,10 @@ def main() -> str:
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         ledger = str(streams.ledger(tmp / "ledger.sqlite3"))
-        tw = [
-            shutil.which("turnwatch") or sys.executable,
-            *([] if shutil.which("turnwatch") else ["-m", "turnwatch"]),
-        ]
+        # This interpreter's own console script (as a user runs it), not the first turnwatch
+        # on PATH, which may be another install: else ``python -m turnwatch``, the same entry.
+        script = Path(sys.executable).with_name("turnwatch")
+        tw = [str(script)] if script.exists() else [sys.executable, "-m", "turnwatch"]
         commands = {
             "python -c pass": [sys.executable, "-c", "pass"],
             FLOOR: [sys.executable, "-c", TYPER_FLOOR, "a", "hi"],
