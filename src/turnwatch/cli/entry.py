@@ -35,7 +35,7 @@ def resume_gc() -> None:
 
 def main() -> None:
     """Console-script entry point: :func:`turnwatch.cli.app.main`, started with the collector
-    paused (never one the host had turned off itself turned on)."""
+    paused. A collector already off (the host's choice) is left off, and never turned on."""
     global _paused
     if gc.isenabled():
         gc.disable()
