@@ -132,3 +132,86 @@ def test_a_chunked_body_reads_as_its_data_however_it_is_asked_for() -> None:
     assert list(http.Dechunked(io.BytesIO(body))) == [b"ab\n", b"cd\n", b"x"]
     with pytest.raises(ValueError, match="chunk size"):
         http.Dechunked(io.BytesIO(b"-5\r\nabcde\r\n0\r\n\r\n")).read()
+
+
+#: A body the server will not read, sent after its answer: 6 MiB, more than the sockets'
+#: buffers take (so a closed server's reset reaches the sender), less than http.LINGER_BYTES.
+REST = [b"x" * 65536] * 96
+
+
+@pytest.mark.parametrize(
+    ("head", "first", "rest", "status"),
+    [
+        pytest.param(
+            "Content-Length: 7000000\r\n", b"", REST, b"413 Content Too Large", id="sized, over"
+        ),
+        pytest.param(
+            "Transfer-Encoding: chunked\r\n",
+            b"800\r\n" + b"x" * 2048 + b"\r\n",  # one chunk over the 1,024-byte limit
+            [b"10000\r\n" + part + b"\r\n" for part in REST] + [b"0\r\n\r\n"],
+            b"413 Content Too Large",
+            id="chunked, over",
+        ),
+        pytest.param(
+            "Content-Length: 6291456\r\nAuthorization: Bearer wrong\r\n",
+            b"",
+            REST,
+            b"401 Unauthorized",
+            id="no token",
+        ),
+    ],
+)
+def test_an_answer_sent_before_the_body_ends_is_read_by_a_client_still_sending_it(
+    head: str, first: bytes, rest: list[bytes], status: bytes
+) -> None:
+    """The server answers a body it will not read (over the limit, or unauthorized) as soon as
+    it knows, and used to close with the body's bytes unread: the connection was reset, and a
+    client still sending (``http.client``, as a test of the events API found it now and then)
+    got "broken pipe" in place of its 413. Now the server reads and drops the rest (bounded) until
+    the client is done: the client sends all it meant to and reads the answer. The client here
+    sends the rest only once the answer has come, so the order is certain."""
+    server, port = http.serve(
+        CollectorRegistry(),
+        "127.0.0.1:0",
+        routes={PATH: EventsApp(lambda _: None, token="t", max_bytes=1024)},
+    )
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(
+                f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n{head}\r\n".encode()
+                if "Authorization" not in head
+                else f"POST {PATH} HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode()
+            )
+            conn.sendall(first)
+            reply = conn.recv(65536)  # the answer, sent before the body ended
+            assert reply.split(b"\r\n")[0].split(b" ", 1)[1] == status
+            for part in rest:  # the client goes on sending its body, as clients do
+                conn.sendall(part)
+            conn.shutdown(socket.SHUT_WR)
+            while part := conn.recv(65536):  # and then reads to the end: a close, not a reset
+                reply += part
+    finally:
+        http.stop(server)
+    assert reply.split(b"\r\n")[0].split(b" ", 1)[1] == status
+
+
+def test_a_client_that_neither_ends_its_body_nor_closes_is_let_go_after_the_linger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lingering close is bounded: a client that, answered, keeps its connection open
+    without a word holds the server's thread for ``LINGER_S``, not for the server's life."""
+    monkeypatch.setattr(http, "LINGER_S", 0.2)
+    before = threading.active_count()
+    server, port = http.serve(
+        CollectorRegistry(), "127.0.0.1:0", routes={PATH: EventsApp(lambda _: None, max_bytes=8)}
+    )
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n".encode())
+            assert b"413" in conn.recv(65536).split(b"\r\n")[0]
+            assert closed_by_server(conn)  # and never sends the body, nor closes
+            wait_until(  # the server's own thread alone
+                lambda: threading.active_count() <= before + 1, what="the client's thread to end"
+            )
+    finally:
+        http.stop(server)

@@ -7,6 +7,7 @@ import ipaddress
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from socketserver import ThreadingMixIn
 from typing import IO, Any, cast
@@ -26,6 +27,10 @@ RAW_URI = "RAW_URI"
 #: that connected and went away without a word (a half-open connection, a scanner) held it for
 #: the server's life. A scrape, a page's fetch or a batch of events takes milliseconds.
 CLIENT_TIMEOUT_S = 30.0
+#: After its answer, how long (seconds, in all) and how much (bytes) of a body the server did
+#: not read it still takes from a client that is sending it, before it closes (see _linger).
+LINGER_S = 2.0
+LINGER_BYTES = 8 * 1024 * 1024
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -126,6 +131,7 @@ def serve(
                 app = cast(WSGIServer, self.server).get_app()
                 assert app is not None
                 handler.run(app)
+                _linger(self.connection)
 
             def get_environ(self) -> dict[str, Any]:
                 # The request target as sent, as gunicorn names it: PATH_INFO is decoded
@@ -205,6 +211,30 @@ class Dechunked:
 
 #: What a client that went silent (the timeout) or away raises where it is read or written.
 _GONE = (TimeoutError, ConnectionError)
+
+
+def _linger(conn: socket.socket) -> None:
+    """End an answered connection so that its client reads the answer.
+
+    An answer may come before the body it answers has all arrived (a ``413`` over the limit, a
+    ``401``: the rest is not read). Closed with bytes unread, the connection is reset, and a
+    client still sending its body gets "broken pipe" or "connection reset" in place of the
+    answer already sent to it. So the answer's end is said first (``SHUT_WR``), then what the
+    client goes on sending is read and dropped until it closes its end, for at most
+    :data:`LINGER_S` seconds and :data:`LINGER_BYTES` bytes (a lingering close, as nginx and
+    Apache do). A client that read its answer closes at once: nothing waits on it."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + LINGER_S
+        left = LINGER_BYTES
+        while left > 0 and (wait := deadline - time.monotonic()) > 0:
+            conn.settimeout(wait)
+            data = conn.recv(min(left, 65536))
+            if not data:
+                return
+            left -= len(data)
+    except OSError:  # gone, reset, or silent past the bound: closed as it is
+        return
 
 
 class _Answer(ServerHandler):
