@@ -139,37 +139,48 @@ def test_a_chunked_body_reads_as_its_data_however_it_is_asked_for() -> None:
 REST = [b"x" * 65536] * 96
 
 
+def post(head: str, auth: str = "t") -> bytes:
+    return f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {auth}\r\n{head}\r\n".encode()
+
+
 @pytest.mark.parametrize(
-    ("head", "first", "rest", "status"),
+    ("first", "rest", "status"),
     [
         pytest.param(
-            "Content-Length: 7000000\r\n", b"", REST, b"413 Content Too Large", id="sized, over"
+            post("Content-Length: 7000000\r\n"), REST, b"413 Content Too Large", id="sized, over"
         ),
         pytest.param(
-            "Transfer-Encoding: chunked\r\n",
-            b"800\r\n" + b"x" * 2048 + b"\r\n",  # one chunk over the 1,024-byte limit
+            # one chunk over the 1,024-byte limit, then more chunks
+            post("Transfer-Encoding: chunked\r\n") + b"800\r\n" + b"x" * 2048 + b"\r\n",
             [b"10000\r\n" + part + b"\r\n" for part in REST] + [b"0\r\n\r\n"],
             b"413 Content Too Large",
             id="chunked, over",
         ),
         pytest.param(
-            "Content-Length: 6291456\r\nAuthorization: Bearer wrong\r\n",
-            b"",
+            post("Content-Length: 6291456\r\n", auth="wrong"),
             REST,
             b"401 Unauthorized",
             id="no token",
         ),
+        pytest.param(
+            # the server reads 64 KiB of it, and refuses it before any app sees it
+            b"GET /" + b"x" * 70000,
+            REST,
+            b"414 Request-URI Too Long",
+            id="request line too long",
+        ),
     ],
 )
-def test_an_answer_sent_before_the_body_ends_is_read_by_a_client_still_sending_it(
-    head: str, first: bytes, rest: list[bytes], status: bytes
+def test_an_answer_sent_before_the_request_ends_is_read_by_a_client_still_sending_it(
+    first: bytes, rest: list[bytes], status: bytes
 ) -> None:
-    """The server answers a body it will not read (over the limit, or unauthorized) as soon as
-    it knows, and used to close with the body's bytes unread: the connection was reset, and a
-    client still sending (``http.client``, as a test of the events API found it now and then)
-    got "broken pipe" in place of its 413. Now the server reads and drops the rest (bounded) until
-    the client is done: the client sends all it meant to and reads the answer. The client here
-    sends the rest only once the answer has come, so the order is certain."""
+    """The server answers a request it will not read (a body over the limit or unauthorized, a
+    request line too long) as soon as it knows, and used to close with the rest unread: the
+    connection was reset, and a client still sending (``http.client``, as a test of the events
+    API found it now and then) got "broken pipe" in place of its answer. Now the server reads and
+    drops the rest (bounded) until the client is done: the client sends all it meant to and
+    reads the answer. The client here sends the rest only once the answer has come, so the order
+    is certain."""
     server, port = http.serve(
         CollectorRegistry(),
         "127.0.0.1:0",
@@ -177,15 +188,10 @@ def test_an_answer_sent_before_the_body_ends_is_read_by_a_client_still_sending_i
     )
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-            conn.sendall(
-                f"POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n{head}\r\n".encode()
-                if "Authorization" not in head
-                else f"POST {PATH} HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode()
-            )
             conn.sendall(first)
-            reply = conn.recv(65536)  # the answer, sent before the body ended
+            reply = conn.recv(65536)  # the answer, sent before the request ended
             assert reply.split(b"\r\n")[0].split(b" ", 1)[1] == status
-            for part in rest:  # the client goes on sending its body, as clients do
+            for part in rest:  # the client goes on sending, as clients do
                 conn.sendall(part)
             conn.shutdown(socket.SHUT_WR)
             while part := conn.recv(65536):  # and then reads to the end: a close, not a reset

@@ -25,7 +25,8 @@ RAW_URI = "RAW_URI"
 #: Seconds a client may stay silent (before its request, within its body, while its answer
 #: waits to be taken) before the server lets it go. Each client has a thread of its own: one
 #: that connected and went away without a word (a half-open connection, a scanner) held it for
-#: the server's life. A scrape, a page's fetch or a batch of events takes milliseconds.
+#: the server's life. A scrape, a page's fetch or a batch of events takes milliseconds. (Its
+#: connection then lingers, at most LINGER_S more.)
 CLIENT_TIMEOUT_S = 30.0
 #: After its answer, how long (seconds, in all) and how much (bytes) of a body the server did
 #: not read it still takes from a client that is sending it, before it closes (see _linger).
@@ -93,7 +94,7 @@ def serve(
             )
             return (route or metrics)(environ, start)
 
-        class Server(ThreadingMixIn, WSGIServer):
+        class Server(ThreadingMixIn, _LingeringServer):
             daemon_threads = True
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
@@ -131,7 +132,6 @@ def serve(
                 app = cast(WSGIServer, self.server).get_app()
                 assert app is not None
                 handler.run(app)
-                _linger(self.connection)
 
             def get_environ(self) -> dict[str, Any]:
                 # The request target as sent, as gunicorn names it: PATH_INFO is decoded
@@ -216,13 +216,14 @@ _GONE = (TimeoutError, ConnectionError)
 def _linger(conn: socket.socket) -> None:
     """End an answered connection so that its client reads the answer.
 
-    An answer may come before the body it answers has all arrived (a ``413`` over the limit, a
-    ``401``: the rest is not read). Closed with bytes unread, the connection is reset, and a
-    client still sending its body gets "broken pipe" or "connection reset" in place of the
-    answer already sent to it. So the answer's end is said first (``SHUT_WR``), then what the
-    client goes on sending is read and dropped until it closes its end, for at most
-    :data:`LINGER_S` seconds and :data:`LINGER_BYTES` bytes (a lingering close, as nginx and
-    Apache do). A client that read its answer closes at once: nothing waits on it."""
+    An answer may come before the request it answers has all arrived (a ``413`` over the limit,
+    a ``401``, a ``414`` for a request line over 64 KiB: the rest is not read). Closed with bytes
+    unread, the connection is reset, and a client still sending gets "broken pipe" or
+    "connection reset" in place of the answer already sent to it. So the answer's end is said
+    first (``SHUT_WR``), then what the client goes on sending is read and dropped until it
+    closes its end, for at most :data:`LINGER_S` seconds and :data:`LINGER_BYTES` bytes (a
+    lingering close, as nginx and Apache do). A client that read its answer closes at once:
+    nothing waits on it."""
     try:
         conn.shutdown(socket.SHUT_WR)
         deadline = time.monotonic() + LINGER_S
@@ -235,6 +236,15 @@ def _linger(conn: socket.socket) -> None:
             left -= len(data)
     except OSError:  # gone, reset, or silent past the bound: closed as it is
         return
+
+
+class _LingeringServer(WSGIServer):
+    """A server whose every connection ends with :func:`_linger` (answered, refused before its
+    application, timed out): socketserver ends each one in ``shutdown_request``."""
+
+    def shutdown_request(self, request: Any) -> None:
+        _linger(request)
+        self.close_request(request)
 
 
 class _Answer(ServerHandler):
