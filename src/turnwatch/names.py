@@ -86,6 +86,10 @@ K_OUTCOME: Final = "outcome"
 K_SETTLED_BY: Final = "settled_by"
 K_PID: Final = "pid"
 K_CREATE_TIME: Final = "create_time"
+#: Beside ``create_time``: the process's start in the kernel's clock ticks since boot, and the
+#: boot's id. A clock step moves wall start times, never these (``runtime.procfs``).
+K_START_TICKS: Final = "start_ticks"
+K_BOOT_ID: Final = "boot_id"
 K_CONTROL: Final = "control"
 K_GRACE_S: Final = "grace_s"
 K_CLASS: Final = "class"
@@ -143,6 +147,8 @@ EVENT_ATTRIBUTES: Final = frozenset(
         K_SETTLED_BY,
         K_PID,
         K_CREATE_TIME,
+        K_START_TICKS,
+        K_BOOT_ID,
         K_CONTROL,
         K_GRACE_S,
         K_CLASS,

@@ -105,7 +105,10 @@ def test_process_attributes_are_checked_like_the_rest() -> None:
             b'"tool": "Bash", "attrs": ' + attrs.encode() + b"}"
         )
 
-    good = parse_line(finished('{"lingering": [[42, 1.5]], "containment": "cgroup"}'), 1)
+    kernel = '"start_ticks": 7, "boot_id": "b"'
+    good = parse_line(
+        finished('{"lingering": [[42, 1.5]], "containment": "cgroup", ' + kernel + "}"), 1
+    )
     assert not isinstance(good, BadLine)
     assert good is not None
     assert good.attrs["lingering"] == [[42, 1.5]]
@@ -113,6 +116,10 @@ def test_process_attributes_are_checked_like_the_rest() -> None:
         ('{"lingering": [["x", 1.5]]}', "lingering[0][0] must be integer"),
         ('{"lingering": [[42]]}', "lingering[0] must contain at least 2 items"),
         ('{"containment": "jail"}', "containment must be one of"),
+        ('{"lingering": [[42, 1.5, 7, 8]]}', "lingering[0] must contain less than or equal to 3"),
+        ('{"lingering": [[42, 1.5, -7]]}', "lingering[0][2] must be bigger than or equal to 0"),
+        ('{"start_ticks": 1.5}', "start_ticks must be integer"),
+        ('{"boot_id": ""}', "boot_id must be longer than or equal to 1"),
     ):
         bad = parse_line(finished(attrs), 7)
         assert isinstance(bad, BadLine), attrs

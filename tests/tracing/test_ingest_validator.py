@@ -74,6 +74,8 @@ _WIDE_ATTRS = st.dictionaries(
         [
             "pid",
             "create_time",
+            "start_ticks",
+            "boot_id",
             "class",
             "outcome",
             "mode",
@@ -121,6 +123,15 @@ _FIELDS = st.dictionaries(
 @example(kind="tool.started", fields={}, drop=set(), attrs={"class": "teleport"})
 @example(kind="tool.started", fields={}, drop=set(), attrs={"mode": 1})
 @example(kind="tool.started", fields={}, drop=set(), attrs={"lingering": [[0, 1]]})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"start_ticks": -1})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"start_ticks": 2**63})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"start_ticks": 2**63 - 1})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"start_ticks": 1.0})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"boot_id": ""})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"boot_id": "b" * 65})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"boot_id": "b" * 64})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"lingering": [[1, 1.5, 7]]})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"lingering": [[1, 1.5, -7]]})
 @example(kind="tool.started", fields={}, drop={"call"}, attrs=None)
 @given(
     kind=st.sampled_from(sorted(names.EVENT_KINDS)),

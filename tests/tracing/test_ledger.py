@@ -21,11 +21,21 @@ from turnwatch.runtime.events import now_event
 from turnwatch.tracing import view
 from turnwatch.tracing.ledger import SCHEMA_VERSION, Ledger, LedgerError, connect, read_events
 from turnwatch.tracing.paths import default_path
+from turnwatch.watchdog.scan import scan
 
 #: Columns 0.1.0 (schema 1) did not have.
 NEW_SINCE_1 = {
-    "calls": ("containment", "cgroup", "lingering", "procs_live", "abort_mono", "done_ts"),
-    "sessions": ("rpc_ts", "walk_ts", "stop_mono"),
+    "calls": (
+        "containment",
+        "cgroup",
+        "lingering",
+        "procs_live",
+        "abort_mono",
+        "done_ts",
+        "start_ticks",
+        "boot_id",
+    ),
+    "sessions": ("rpc_ts", "walk_ts", "stop_mono", "runtime_start_ticks", "runtime_boot_id"),
 }
 
 
@@ -69,6 +79,10 @@ def test_a_schema_1_ledger_is_read_as_it_is_and_upgraded_by_a_writer(tmp_path: P
     (row,) = view.sessions(old)
     assert row.calls[0].containment is None
     assert row.calls[0].lingering == []
+    assert row.calls[0].start_ticks is None
+    assert row.runtime_create_time is None
+    # The watchdog's own queries name columns an older ledger lacks: they read as NULL.
+    assert scan(old).findings == []
     old.close()
 
     ledger = Ledger(path)

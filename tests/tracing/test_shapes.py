@@ -35,8 +35,11 @@ def test_a_call_row_reaches_its_view_field_by_field() -> None:
     cv = view.call_view(as_row("calls", CALL_COLUMNS, state))
     shared = {f.name for f in fields(cv)} & {f.name for f in fields(state)}
     assert len(shared) >= 15
-    for name in shared - {"lingering", "prompt_open", "procs_live"}:
+    for name in shared - {"lingering", "prompt_open", "procs_live", "create_time"}:
         assert getattr(cv, name) == getattr(state, name), name
+    # Start times are read on this process's clock: recorded with ticks of another boot, the
+    # process is not running now; the lingering one has no ticks, so its wall time stands.
+    assert cv.create_time is None
     assert cv.lingering == [(4242, 1.5)]
     assert cv.prompt_open is True
     assert cv.procs_live is True
@@ -53,7 +56,8 @@ def test_a_session_row_reaches_its_view_field_by_field() -> None:
     (sv,) = view.sessions(conn, now=0.0)
     shared = {f.name for f in fields(sv)} & {f.name for f in fields(state)}
     assert len(shared) >= 10
-    for name in shared - {"processing", "rpc_pending"}:
+    for name in shared - {"processing", "rpc_pending", "runtime_create_time"}:
         assert getattr(sv, name) == getattr(state, name), name
+    assert sv.runtime_create_time is None  # recorded with ticks of another boot
     assert sv.processing is False
     assert sv.rpc_pending is True

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from tests.conftest import Procs, wait_until
+from turnwatch.runtime import procfs
 from turnwatch.runtime.events import Event
 from turnwatch.tracing.ledger import Ledger
 
@@ -34,12 +36,12 @@ class Recorder:
 
     def runtime(self, session: str = "s", pid: int | None = None, ago: float = 60.0) -> None:
         p = psutil.Process(pid or os.getpid())
-        self(
-            "runtime.started",
-            session,
-            ago,
-            attrs={"pid": p.pid, "create_time": p.create_time(), "mode": "adr"},
-        )
+        start = {
+            "pid": p.pid,
+            "create_time": p.create_time(),
+            **kernel_start(p.pid, p.create_time()),
+        }
+        self("runtime.started", session, ago, attrs={**start, "mode": "adr"})
 
     def started_call(
         self,
@@ -70,7 +72,7 @@ class Recorder:
             turn=t,
             call=c,
             tool=tool,
-            attrs={"pid": pid, "create_time": create_time},
+            attrs={"pid": pid, "create_time": create_time, **kernel_start(pid, create_time)},
         )
 
     def aborted_turn(
@@ -104,6 +106,30 @@ class Recorder:
             self("turn.settled", session, aborted_ago - 1, turn=t, attrs={"outcome": "aborted"})
             self("abort.rpc.returned", session, aborted_ago - 1, turn=t)
             self("processing.cleared", session, aborted_ago - 1, turn=t)
+
+
+def kernel_start(pid: int, create_time: float) -> dict[str, int | str]:
+    """What turnwatch's own runtimes record beside ``create_time`` (the kernel's start ticks and
+    the boot), when ``pid`` is the process started then; nothing for a start time that is not
+    its (a test's recycled pid keeps its wall-clock proof only)."""
+    seen = procfs.read(pid)
+    if seen is None or not procfs.same_start(seen.create_time, create_time):
+        return {}
+    return procfs.start_attrs(seen)
+
+
+#: A wall-clock step as a VM fork made one on this project's machines (``btime`` moved 2.00 s).
+STEP_S = 2.0
+
+
+def step_clock(monkeypatch: pytest.MonkeyPatch, by: float = STEP_S) -> None:
+    """From now on this process reads ``/proc/stat``'s ``btime`` (the wall clock less the time
+    since boot) as a process started after a wall-clock step of ``by`` seconds does: every start
+    time it computes moves by ``by``, the kernel's start ticks do not. What was recorded before,
+    in this process or another, was recorded on the clock before the step. (The clock itself is
+    not stepped: the machine is shared.)"""
+    real = procfs._boot_time()  # noqa: SLF001 - the one value a step changes
+    monkeypatch.setattr(procfs, "_boot_time", lambda: real + by)
 
 
 def pinned_ledger(path: Path) -> None:

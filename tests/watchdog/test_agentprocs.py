@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.conftest import Procs, turnwatch, wait_until
-from tests.watchdog.helpers import Recorder
+from tests.watchdog.helpers import Recorder, step_clock
 from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.tracing.ledger import connect
@@ -86,7 +86,12 @@ class Harness:
             self.events.append(ev)
             self.rec.ledger.append(ev)
 
+        self.sink = sink
         self.attr = Attributor(sink, say=self.said.append)
+
+    def restart(self) -> None:
+        """A new watchdog over the same ledger: what it knows, it reads there."""
+        self.attr = Attributor(self.sink, say=self.said.append)
 
     def step(self, now: float | None = None) -> int:
         self.rec.ledger.flush()
@@ -133,6 +138,32 @@ def test_the_cli_and_its_shell_are_recorded_and_nothing_else(
     assert decoy.pid not in {e.attrs.get(names.K_PID) for e in harness.events}
     harness.settle()  # looking again records nothing twice
     assert harness.kinds().count(names.TOOL_STARTED) == 1
+
+
+def test_a_watchdog_started_after_a_clock_step_records_nothing_twice(
+    tmp_path: Path,
+    project: Path,
+    procs: Procs,
+    harness: Harness,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A watchdog recorded a CLI and its shell; the wall clock stepped; a new watchdog reads the
+    same ledger. The CLI is the one recorded (not a new CLI of the session) and the shell is
+    the one recorded (not a second call), though every start time it computes moved 2 s."""
+    cli = Cli(tmp_path, project, procs)
+    session(harness.rec, project, ago=0.0)
+    harness.step()
+    shell = cli.shell()
+    harness.settle()
+    assert harness.kinds().count(names.TOOL_STARTED) == 1
+    recorded = len(harness.events)
+
+    step_clock(monkeypatch)
+    harness.restart()
+    harness.settle()
+
+    assert harness.events[recorded:] == []
+    assert shell.is_running()
 
 
 def test_an_interrupted_turn_s_shell_is_ended_and_never_the_cli(

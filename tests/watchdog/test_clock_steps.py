@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,12 +13,15 @@ import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.conftest import Procs
-from tests.watchdog.helpers import Recorder, spawn_tree
+from tests.conftest import Procs, wait_until
+from tests.watchdog.helpers import Recorder, spawn_tree, step_clock
+from tests.watchdog.test_cross_process import runtime_dies_then_one_cycle, spawn_runtime, state
 from turnwatch import names
 from turnwatch.cli.metrics_server import build
-from turnwatch.tracing.ledger import Ledger
-from turnwatch.watchdog.loop import Watchdog
+from turnwatch.runtime import procfs
+from turnwatch.tracing import view
+from turnwatch.tracing.ledger import Ledger, connect
+from turnwatch.watchdog.loop import Cycle, Watchdog
 from turnwatch.watchdog.scan import Config
 
 CFG = Config(grace_s=0.5, slack_s=0.5, rpc_stuck_s=0.3)
@@ -110,3 +115,195 @@ async def test_a_stop_settled_by_the_watchdog_is_measured_by_the_clock_both_ends
     assert 89 <= took <= 120, took
     assert idle is not None
     assert 89 <= idle <= 120, idle
+
+
+# --- process identity across a wall-clock step ---
+#
+# /proc/stat's btime is the wall clock less the time since boot, so a step (NTP, a VM paused,
+# restored or forked: seen here, 2.00 s) moves every start time computed after it. A runtime that
+# recorded its processes before the step and a watchdog that looks after it must still agree on
+# which process is which: turnwatch's runtimes record the kernel's start ticks and the boot beside
+# the wall time, and the watchdog proves by those.
+
+
+def far_call(path: Path) -> view.CallView:
+    conn = connect(path, readonly=True)
+    try:
+        (call,) = view.sessions(conn, only="far")[0].calls
+    finally:
+        conn.close()
+    return call
+
+
+async def one_cycle(path: Path) -> Cycle:
+    ledger = Ledger(path)
+    try:
+        return await Watchdog(path, ledger, ledger.flush, cfg=CFG).cycle()
+    finally:
+        ledger.close()
+
+
+async def test_a_live_runtime_recorded_before_a_clock_step_is_not_taken_for_dead(
+    tmp_path: Path, procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime in another process runs a turn; the wall clock steps; a watchdog looks. The
+    runtime is alive and its turn is running: no finding, nothing settled for it, its call's
+    process untouched (taken for dead, its turn would be settled by the watchdog under it)."""
+    path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
+    proc = spawn_runtime(
+        procs,
+        path,
+        sock,
+        "adr",
+        "Bash",
+        {"command": "sleep 300"},
+        stop=False,
+        containment="process_group",
+    )
+    call = far_call(path)
+    assert call.pid is not None
+    sleeper = procs.track(call.pid)
+
+    step_clock(monkeypatch)
+    cycle = await one_cycle(path)
+
+    assert cycle.findings == [], cycle
+    assert state(path, "far") == "processing"
+    assert sleeper.is_running()
+    assert sleeper.status() != psutil.STATUS_ZOMBIE
+    assert proc.poll() is None
+    proc.kill()
+    proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+async def test_an_orphan_recorded_before_a_clock_step_is_still_proved_and_ended(
+    tmp_path: Path, procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime records its call's process (process-group containment: pid and start time are
+    the only proof) and dies; the wall clock steps; the watchdog finds the orphan and ends it,
+    a child that ignores SIGTERM included."""
+    path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
+    proc = spawn_runtime(
+        procs,
+        path,
+        sock,
+        "adr",
+        "Bash",
+        {"command": "trap '' TERM; sleep 300 & sleep 300"},
+        stop=False,
+        containment="process_group",
+    )
+    call = far_call(path)
+    assert call.pid is not None
+    bash = procs.track(call.pid)
+    wait_until(lambda: bash.children(), what="the child sleep")
+    child = procs.track(bash.children()[0].pid)
+
+    step_clock(monkeypatch)
+    cycle = await runtime_dies_then_one_cycle(path, proc)
+
+    assert names.F_ORPHAN_TOOL_PROCESS in {f.kind for f in cycle.findings}, cycle
+    for p in (bash, child):
+        assert not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+
+
+async def test_a_process_a_finished_call_left_running_before_a_step_is_ended_after_it(
+    tmp_path: Path, procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a finished call left running is recorded pid by pid (``lingering``), each with its
+    start ticks: after a step, the stop's recovery still proves and ends it."""
+    path = tmp_path / "ledger.sqlite3"
+    left = procs.spawn(["sleep", "300"], start_new_session=True)
+    bystander = procs.spawn(["sleep", "300"], start_new_session=True)
+    seen = procfs.read(left.pid)
+    assert seen is not None
+    assert seen.ticks is not None
+    gone, created = dead_process()  # the runtime and its call's own process
+    rec = Recorder(path)
+    rec("runtime.started", ago=60, attrs={"pid": gone, "create_time": created, "mode": "adr"})
+    rec("turn.started", turn="s.t1", ago=41)
+    rec("tool.requested", turn="s.t1", call="s.c1", tool="Bash", ago=41)
+    # As a runtime records a call whose first process is gone before it is read: the boot.
+    first = {"pid": gone, "create_time": created, "boot_id": procfs.boot_id()}
+    rec("tool.started", turn="s.t1", call="s.c1", tool="Bash", ago=40, attrs=first)
+    lingering = [[left.pid, seen.create_time, seen.ticks]]
+    rec(
+        names.TOOL_FINISHED,
+        turn="s.t1",
+        call="s.c1",
+        tool="Bash",
+        ago=35,
+        attrs={"outcome": "completed", "status": "ok", "lingering": lingering},
+    )
+    rec.close()
+
+    step_clock(monkeypatch)
+    cycle = await one_cycle(path)
+
+    assert [f.pid for f in cycle.findings if f.kind == names.F_ORPHAN_TOOL_PROCESS] == [left.pid], (
+        cycle
+    )
+    assert procs.alive() == [bystander.pid]
+
+
+async def test_a_process_recorded_with_its_wall_start_only_is_never_signalled_after_a_step(
+    tmp_path: Path, procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A foreign runtime records ``pid`` and ``create_time`` only, and dies; the clock steps.
+    The watchdog can no longer prove the process is the recorded one, so it signals nothing
+    (invariant 5): the limit of a wall-clock proof, which the docs name. (Without the step the
+    same ledger gets its orphan ended: the other tests of the watchdog.)"""
+    path = tmp_path / "ledger.sqlite3"
+    tree = spawn_tree(procs)
+    pid, created = dead_process()
+    rec = Recorder(path)
+    rec("runtime.started", ago=60, attrs={"pid": pid, "create_time": created, "mode": "adr"})
+    rec("turn.started", turn="s.t1", ago=40)
+    rec("tool.requested", turn="s.t1", call="s.c1", tool="Bash", ago=40)
+    wall = {"pid": tree[0].pid, "create_time": tree[0].create_time()}
+    rec("tool.started", turn="s.t1", call="s.c1", tool="Bash", ago=39, attrs=wall)
+    rec.close()
+
+    step_clock(monkeypatch)
+    cycle = await one_cycle(path)
+
+    assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree), cycle
+
+
+async def test_a_foreign_runtime_that_sends_the_kernel_s_start_is_proved_after_a_step(
+    tmp_path: Path, procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A foreign runtime's lines, through ``turnwatch ingest``, carry ``start_ticks`` and
+    ``boot_id`` beside ``create_time``; it dies; the clock steps. Its orphan is proved and
+    ended as turnwatch's own runtimes' are."""
+    path = tmp_path / "ledger.sqlite3"
+    orphan = procs.spawn(["sleep", "300"], start_new_session=True)
+    seen = procfs.read(orphan.pid)
+    assert seen is not None
+    gone, created = dead_process()
+    turn, call = {"turn": "s.t1"}, {"turn": "s.t1", "call": "s.c1", "tool": "Bash"}
+    process = {"pid": orphan.pid, "create_time": seen.create_time, **procfs.start_attrs(seen)}
+    lines: list[dict[str, object]] = [
+        {"kind": "runtime.started", "attrs": {"pid": gone, "create_time": created}},
+        {"kind": "turn.started", **turn},
+        {"kind": "tool.requested", **call},
+        {"kind": "tool.started", **call, "attrs": process},
+    ]
+    src = tmp_path / "events.jsonl"
+    now = time.time() - 30
+    src.write_text("".join(json.dumps({"ts": now, "session": "s", **x}) + "\n" for x in lines))
+    done = subprocess.run(
+        [sys.executable, "-m", "turnwatch", "ingest", str(src), "--ledger", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+    step_clock(monkeypatch)
+    cycle = await one_cycle(path)
+
+    assert names.F_ORPHAN_TOOL_PROCESS in {f.kind for f in cycle.findings}, cycle
+    assert procs.alive() == []

@@ -163,6 +163,7 @@ def _runtime(s: SessionState, ev: Event) -> tuple[Move, ...]:
     a = ev.attrs
     s.runtime_pid = a.get(names.K_PID)
     s.runtime_create_time = a.get(names.K_CREATE_TIME)
+    s.runtime_start_ticks, s.runtime_boot_id = a.get(names.K_START_TICKS), a.get(names.K_BOOT_ID)
     s.control = a.get(names.K_CONTROL)
     s.mode = a.get(names.K_MODE) or s.mode
     s.parent_session = a.get(names.K_PARENT_SESSION) or s.parent_session
@@ -339,6 +340,7 @@ def _started(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
     c.started_ts = c.started_ts or ev.ts_unix
     if a.get(names.K_PID) is not None:
         c.pid, c.create_time, c.procs_live = a.get(names.K_PID), a.get(names.K_CREATE_TIME), 1
+        c.start_ticks, c.boot_id = a.get(names.K_START_TICKS), a.get(names.K_BOOT_ID)
     if a.get(names.K_CONTAINMENT) is not None:
         c.containment, c.cgroup = a.get(names.K_CONTAINMENT), a.get(names.K_CGROUP)
     if c.cgroup is not None:

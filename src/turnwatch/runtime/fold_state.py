@@ -106,6 +106,9 @@ class SessionState:
     #: until a turn starts, settles or clears after it, the session's state is not known.
     gap_lost: int = 0
     gap_ts: float | None = None
+    #: The runtime's start as the kernel keeps it (ticks since boot, the boot's id), if given.
+    runtime_start_ticks: int | None = None
+    runtime_boot_id: str | None = None
 
     @property
     def stopped(self) -> bool:
@@ -137,7 +140,8 @@ class CallState:
     granted_ts: float | None = None
     containment: str | None = None
     cgroup: str | None = None
-    #: JSON ``[[pid, start time], ...]``: processes the call left running when it finished.
+    #: JSON ``[[pid, start time, start ticks], ...]`` (ticks where recorded): processes the
+    #: call left running when it finished.
     lingering: str | None = None
     procs_live: int | None = None
     abort_mono: int | None = None
@@ -145,6 +149,9 @@ class CallState:
     done_ts: float | None = None
     #: When the call's permission was granted after its turn's stop (a finding), if it was.
     late_grant_ts: float | None = None
+    #: The process's start as the kernel keeps it (ticks since boot, the boot's id), if given.
+    start_ticks: int | None = None
+    boot_id: str | None = None
 
     @property
     def released(self) -> bool:

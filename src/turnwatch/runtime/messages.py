@@ -56,6 +56,10 @@ def started_attrs(class_name: str, message: Started, traceparent: str | None) ->
     attrs: dict[str, Any] = {names.K_CLASS: class_name}
     if message.pid is not None:
         attrs.update(pid=message.pid, create_time=message.create_time)
+        if message.start_ticks is not None:
+            attrs[names.K_START_TICKS] = message.start_ticks
+        if message.boot_id is not None:  # also without ticks: what the call leaves is of it
+            attrs[names.K_BOOT_ID] = message.boot_id
     if message.containment is not None:
         attrs[names.K_CONTAINMENT] = message.containment
     if message.cgroup is not None:

@@ -1,5 +1,13 @@
 """Process identity from ``/proc``: a process is ``(pid, start time)``, never a pid alone.
 
+A start time on the wall clock is only as steady as that clock: ``/proc/stat``'s ``btime`` is
+the wall clock less the time since boot, so a clock step (NTP, a VM paused, restored or forked)
+moves every start time computed after it. Each process reads ``btime`` once, so its own start
+times agree with each other for its life; across processes they agree through the kernel's own
+record, the start in clock ticks since boot (:attr:`Proc.ticks`) with the boot's id, which a
+recorder keeps beside the wall time and a reader turns into its own clock
+(:func:`local_start`).
+
 One listing of ``/proc`` builds a :class:`ProcessTable`; callers join their candidates against it
 instead of asking about each pid. Signals go through verified pidfds
 (:class:`turnwatch.runtime.terminate.Pidfds`), so one can never reach a process that reused a
@@ -13,6 +21,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
+
+from turnwatch import names
 
 #: Start times are compared to this tolerance (they are derived from clock ticks).
 START_TIME_TOLERANCE_S = 0.05
@@ -29,6 +39,9 @@ class Proc:
     zombie: bool
     pgrp: int = 0
     sid: int = 0
+    #: The kernel's start, in clock ticks since boot (``/proc/PID/stat`` field 22): no clock
+    #: step moves it. None where it was not read (no ``/proc``).
+    ticks: int | None = None
 
 
 @cache
@@ -50,6 +63,29 @@ def _ticks() -> int:
     return int(os.sysconf("SC_CLK_TCK"))
 
 
+@cache
+def boot_id() -> str | None:
+    """This boot's id (``/proc/sys/kernel/random/boot_id``), or None where there is none."""
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as fh:
+        return fh.read().strip() or None
+    return None
+
+
+def local_start(create_time: float | None, ticks: object, boot: object) -> float | None:
+    """A recorded start time on this process's clock, where :func:`read` would put it.
+
+    Recorded with the kernel's start (``ticks``) and ``boot``: that start read against this
+    boot's time, so that a clock step between the record and now changes nothing; a process of
+    another boot is not running now (None: never proved alive, never signalled). Recorded with
+    the wall time only (an older turnwatch, a foreign runtime): that time, as recorded.
+    """
+    if type(ticks) is not int or type(boot) is not str:
+        return create_time
+    if boot != boot_id():
+        return None
+    return _boot_time() + ticks / _ticks()  # read()'s very expression: equal, not just close
+
+
 def read(pid: int) -> Proc | None:
     """One process, read now (``None`` if there is none)."""
     try:
@@ -60,15 +96,27 @@ def read(pid: int) -> Proc | None:
         return None
     # The command name may hold spaces and parentheses: fields start after the last ')'.
     rest = data[data.rfind(b")") + 2 :].split()
+    ticks = int(rest[19])
     return Proc(
         pid,
         int(rest[1]),
-        _boot_time() + int(rest[19]) / _ticks(),
+        _boot_time() + ticks / _ticks(),
         uid,
         rest[0] == b"Z",
         int(rest[2]),
         int(rest[3]),
+        ticks,
     )
+
+
+def start_attrs(seen: Proc | None) -> dict[str, int | str]:
+    """What a record of ``seen`` keeps beside its wall start time, so that a reader in another
+    process, after a clock step, still proves it the same (:func:`local_start`): its start in
+    ticks and the boot's id; nothing where either is unknown."""
+    boot = boot_id()
+    if seen is None or seen.ticks is None or boot is None:
+        return {}
+    return {names.K_START_TICKS: seen.ticks, names.K_BOOT_ID: boot}
 
 
 def same_start(a: float, b: float) -> bool:

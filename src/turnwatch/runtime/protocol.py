@@ -92,6 +92,10 @@ class Started:
 
     pid: int | None = None
     create_time: float | None = None
+    #: The same start as the kernel keeps it (:func:`turnwatch.runtime.procfs.start_attrs`):
+    #: clock ticks since boot, and the boot's id. A clock step moves ``create_time``, not these.
+    start_ticks: int | None = None
+    boot_id: str | None = None
     #: How its processes are kept together: ``cgroup`` or ``process_group``.
     containment: str | None = None
     #: The call's cgroup directory, in ``cgroup`` containment.

@@ -102,7 +102,10 @@ class Runtime(Stopping):
         self.past = past if past is not None else past_calls_of(sink)
         self.sessions: dict[str, Session] = {}
         self._pid = os.getpid()
-        self._create_time = _own_create_time()
+        me = procfs.read(self._pid)
+        # No /proc: the start time is unknown; now stands for it.
+        self._create_time = me.create_time if me is not None else time.time()
+        self._start = procfs.start_attrs(me)
 
     @property
     def sink(self) -> EventSink | None:
@@ -157,6 +160,7 @@ class Runtime(Stopping):
         attrs: dict[str, Any] = {
             names.K_PID: self._pid,
             names.K_CREATE_TIME: self._create_time,
+            **self._start,
             names.K_MODE: self.mode.value,
             names.K_GRACE_S: self.grace_s,
         }
@@ -306,11 +310,6 @@ class Runtime(Stopping):
             # Kept for the call to come; a settled turn's calls never come, and its records
             # were dropped at its settlement (nothing would take this one).
             self.registry.record(session_id, turn_id, call_id, tool, src)
-
-
-def _own_create_time() -> float:
-    me = procfs.read(os.getpid())
-    return me.create_time if me is not None else time.time()  # no /proc: start time unknown
 
 
 def _refused(call: Call) -> bool:

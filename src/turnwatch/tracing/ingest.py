@@ -87,7 +87,7 @@ def _digest(value: Any) -> str:
 
 #: The digest of the schema (without its per-kind rules) that :func:`_fits` was written for: a
 #: schema changed since is validated by the compiled code alone until ``_fits`` follows it.
-_FITS_SCHEMA = "92a7248efbc59252b683603c722ba753"
+_FITS_SCHEMA = "f39209c774260eafd567639ae04b1a8d"
 _IDS = ("session", "turn", "call", "tool")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
@@ -152,6 +152,12 @@ def _attrs_fit(a: Any, shape: _Shape) -> bool:
         return False
     ct = a.get(names.K_CREATE_TIME, 0)
     if (type(ct) is not float and type(ct) is not int) or ct < 0:
+        return False
+    ticks = a.get(names.K_START_TICKS, 0)
+    if type(ticks) is not int or not 0 <= ticks <= INT64_MAX:
+        return False
+    boot = a.get(names.K_BOOT_ID, "-")
+    if type(boot) is not str or not 0 < len(boot) <= 64:
         return False
     for key, allowed in ((names.K_CLASS, shape.classes), (names.K_CONTAINMENT, shape.containments)):
         if key in a and (type(a[key]) is not str or a[key] not in allowed):

@@ -21,6 +21,7 @@ from typing import Any
 from turnwatch.runtime.events import Event, storable_text
 from turnwatch.runtime.fold import CALL_COLUMNS, SESSION_COLUMNS, CallState, SessionState
 from turnwatch.runtime.model import TurnwatchError
+from turnwatch.runtime.procfs import local_start
 from turnwatch.tracing import codec
 
 __all__ = [
@@ -243,8 +244,10 @@ def shadow_summaries(conn: sqlite3.Connection) -> None:
         present = _present(conn, table)
         if not present:
             continue
+        # An older ledger's missing columns read as NULL: what it never recorded.
+        lacking = "".join(f', NULL AS "{c}"' for c in _column_types()[table] if c not in present)
         conn.execute(
-            f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT * "
+            f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT *{lacking} "
             f"FROM main.{table} WHERE {_sane(table, present)}"
         )
 
@@ -332,23 +335,29 @@ def _key(table: str, row: dict[str, Any]) -> str:
     return key
 
 
-def lingering_of(text: str | None) -> list[tuple[int, float]]:
-    """A call row's ``lingering`` (JSON ``[[pid, start time], ...]``), each pair the writer
-    wrote; one of another shape is left out (a process no start time is known of is one the
-    watchdog can never prove, and never signals)."""
+def lingering_of(text: str | None, boot: object = None) -> list[tuple[int, float]]:
+    """A call row's ``lingering`` (JSON ``[[pid, start time, start ticks], ...]``, the ticks
+    optional), each as ``(pid, start)`` with the start on this process's clock
+    (:func:`~turnwatch.runtime.procfs.local_start` of the ticks, of the call's ``boot``). One of
+    another shape is left out, as is one of an earlier boot (a process no start time is known
+    of is one the watchdog can never prove, and never signals)."""
     if not text:
         return []
     try:
-        pairs = codec.loads_stored(text)
+        items = codec.loads_stored(text)
     except ValueError:
         return []
-    if type(pairs) is not list:
+    if type(items) is not list:
         return []
-    return [
-        (p[0], float(p[1]))
-        for p in pairs
-        if type(p) is list
-        and len(p) == 2
-        and type(p[0]) is int
-        and (type(p[1]) is float or type(p[1]) is int)
-    ]
+    out = []
+    for p in items:
+        if (
+            type(p) is list
+            and 2 <= len(p) <= 3
+            and type(p[0]) is int
+            and (type(p[1]) is float or type(p[1]) is int)
+        ):
+            start = local_start(float(p[1]), p[2] if len(p) == 3 else None, boot)
+            if start is not None:
+                out.append((p[0], start))
+    return out

@@ -12,6 +12,7 @@ from turnwatch import names
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.fold import CALL_COLUMNS, CallState, SessionState
 from turnwatch.runtime.model import Phase, SessionStatus
+from turnwatch.runtime.procfs import local_start
 from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.rows import UnreadableRow, lingering_of, read_events
 
@@ -40,6 +41,9 @@ class CallView:
     policy: str | None
     started_ts: float | None
     pid: int | None
+    #: The process's start on this process's clock (:func:`~turnwatch.runtime.procfs.local_start`
+    #: of what was recorded): what a look at ``/proc`` here gives for the same process. None: not
+    #: known, or of an earlier boot.
     create_time: float | None
     abort_ts: float | None
     ended_ts: float | None
@@ -52,10 +56,14 @@ class CallView:
     #: ``cgroup`` or ``process_group`` (None: not a process call, or a runtime that did not say).
     containment: str | None = None
     cgroup: str | None = None
-    #: Processes the call left running when it finished: ``[(pid, start time), ...]``.
+    #: Processes the call left running when it finished: ``[(pid, start time), ...]`` (the start
+    #: on this process's clock, as ``create_time``).
     lingering: list[tuple[int, float]] = field(default_factory=list)
     #: The call's processes may still live (started, and not known to be gone).
     procs_live: bool = False
+    #: The process's start as recorded by the kernel's clock (ticks since boot, the boot's id).
+    start_ticks: int | None = None
+    boot_id: str | None = None
 
     @property
     def open(self) -> bool:
@@ -86,6 +94,7 @@ class SessionView:
     since: float | None
     mode: str | None
     runtime_pid: int | None
+    #: The runtime's start on this process's clock (:func:`runtime_start`).
     runtime_create_time: float | None
     control: str | None
     processing: bool
@@ -104,6 +113,8 @@ class SessionView:
     gap_ts: float | None = None
     #: Who wrote it when no runtime mode says (an agent CLI: ``claude-code``); see :func:`producer`.
     source: str | None = None
+    runtime_start_ticks: int | None = None
+    runtime_boot_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -177,13 +188,25 @@ def call_view(r: Any) -> CallView:
     columns = r.keys()  # a list (``in`` on the row itself would look at its values)
     get = _picks(columns, _CALL_PICK)
     text = r["lingering"] if "lingering" in columns else None  # schema 1: not recorded
-    left = lingering_of(text)
+    got = {f: r[i] for f, i in get}
+    boot = got.get("boot_id")
+    got["create_time"] = local_start(got["create_time"], got.get("start_ticks"), boot)
     return CallView(
-        **{f: r[i] for f, i in get},
+        **got,
         prompt_open=bool(r["prompt_open"]),
-        lingering=left,
+        lingering=lingering_of(text, boot),
         procs_live=bool(r["procs_live"]) if "procs_live" in columns else False,
     )
+
+
+def runtime_start(r: Any, prefix: str = "runtime_") -> float | None:
+    """A ``sessions`` row's runtime start on this process's clock (:func:`local_start` of the
+    columns ``prefix`` + ``create_time``, ``start_ticks`` and ``boot_id``)."""
+    try:
+        ticks, boot = r[f"{prefix}start_ticks"], r[f"{prefix}boot_id"]
+    except IndexError:  # a connection to a ledger older than schema 6 without the readers' view
+        ticks = boot = None
+    return local_start(r[f"{prefix}create_time"], ticks, boot)
 
 
 def _shared(view_cls: type[Any], state_cls: type[Any]) -> frozenset[str]:
@@ -210,7 +233,9 @@ def _picks(
     key = (tuple(columns), pick)
     found = _PICKS.get(key)
     if found is None:
-        index = {c: i for i, c in enumerate(columns)}
+        index: dict[str, int] = {}
+        for i, c in enumerate(columns):
+            index.setdefault(c, i)  # a name twice: the table's own column comes first
         found = _PICKS[key] = tuple((f, index[c]) for f, c in pick if c in index)
     return found
 
@@ -245,9 +270,15 @@ def sessions(
     get = _picks([d[0] for d in cursor.description], _SESSION_PICK)
     for r in cursor:
         state, since = judge(r, now, th)
+        got = {f: r[i] for f, i in get}
+        got["runtime_create_time"] = local_start(
+            got.get("runtime_create_time"),
+            got.get("runtime_start_ticks"),
+            got.get("runtime_boot_id"),
+        )
         out.append(
             SessionView(
-                **{f: r[i] for f, i in get},
+                **got,
                 state=state,
                 since=since,
                 processing=bool(r["processing"]),

@@ -29,7 +29,8 @@ from typing import Any, Final
 from turnwatch import names
 from turnwatch.runtime.events import Event, EventSink
 from turnwatch.runtime.model import FindingKind, ToolClass
-from turnwatch.runtime.procfs import Proc, ProcessTable
+from turnwatch.runtime.procfs import Proc, ProcessTable, local_start, start_attrs
+from turnwatch.tracing import view
 from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.rows import attrs_of
 from turnwatch.watchdog.agentmatch import (
@@ -128,7 +129,8 @@ class Attributor:
         listed: set[str] = set()
         for r in conn.execute(
             "SELECT session, turn, turn_started, processing, settled_ts, runtime_pid, "
-            "runtime_create_time FROM sessions WHERE processing = 1 OR last_ts > ?",
+            "runtime_create_time, runtime_start_ticks, runtime_boot_id FROM sessions "
+            "WHERE processing = 1 OR last_ts > ?",
             (now - WATCH_S,),
         ):
             listed.add(r["session"])
@@ -136,7 +138,7 @@ class Attributor:
             if meta is None:
                 continue
             source, project, log = meta
-            pid, ct = r["runtime_pid"], r["runtime_create_time"]
+            pid, ct = r["runtime_pid"], view.runtime_start(r)
             out.append(
                 Watched(
                     r["session"],
@@ -177,11 +179,14 @@ class Attributor:
         ids = [w.session for w in watched]
         for r in select_in(
             conn,
-            "SELECT session, turn, call, tool, pid, create_time, ended_ts FROM calls "
-            "WHERE pid IS NOT NULL AND session IN ({marks})",
+            "SELECT session, turn, call, tool, pid, create_time, start_ticks, boot_id, ended_ts "
+            "FROM calls WHERE pid IS NOT NULL AND session IN ({marks})",
             ids,
         ):
-            key = (r["pid"], r["create_time"])
+            # On this process's clock, as the table's: an earlier watchdog's record is found
+            # again after a clock step; one of an earlier boot (None) matches no process now.
+            start = local_start(r["create_time"], r["start_ticks"], r["boot_id"])
+            key = (r["pid"], -1.0 if start is None else start)
             self._seen.add(key)
             if r["ended_ts"] is None:
                 self._mine[key] = (r["session"], r["turn"], r["call"], r["tool"])
@@ -226,6 +231,7 @@ class Attributor:
                     names.K_SOURCE: w.source,
                     names.K_PID: cli.pid,
                     names.K_CREATE_TIME: cli.create_time,
+                    **start_attrs(cli),
                 },
             )
         )
@@ -284,10 +290,10 @@ class Attributor:
                     action=Action.REPORT,
                 )
                 continue
-            n += self._record(w, key)
+            n += self._record(w, key, table.get(key[0]))
         return n
 
-    def _record(self, w: Watched, key: tuple[int, float]) -> int:
+    def _record(self, w: Watched, key: tuple[int, float], seen: Proc | None) -> int:
         pid, ct = key
         assert w.turn is not None
         call, tool = f"{w.turn}.pid{pid}", SHELL_TOOL[w.source]
@@ -300,6 +306,7 @@ class Attributor:
             **cls,
             names.K_PID: pid,
             names.K_CREATE_TIME: ct,
+            **start_attrs(seen),
             names.K_CONTAINMENT: "process_group",
         }
         self._emit(Event(names.TOOL_STARTED, w.session, at, None, w.turn, call, tool, started))

@@ -95,13 +95,13 @@ def _recorded_processes(
     wanted = sorted({session for session, _c in candidates})
     for r in select_in(
         conn,
-        "SELECT session, runtime_pid, runtime_create_time, turn, stop_ts FROM sessions "
-        "WHERE session IN ({marks})",
+        "SELECT session, runtime_pid, runtime_create_time, runtime_start_ticks, runtime_boot_id, "
+        "turn, stop_ts FROM sessions WHERE session IN ({marks})",
         wanted,
     ):
         runtimes[r["session"]] = (
             r["runtime_pid"],
-            r["runtime_create_time"],
+            view.runtime_start(r),
             r["turn"],
             r["stop_ts"],
         )
@@ -162,7 +162,7 @@ def _pinned(
     for r in conn.execute("SELECT * FROM sessions WHERE processing = 1"):
         state, since = view.judge(r, now, cfg)
         rpid = r["runtime_pid"]
-        if rpid is not None and not table.alive(rpid, r["runtime_create_time"]):
+        if rpid is not None and not table.alive(rpid, view.runtime_start(r)):
             state, why = SessionStatus.PINNED, f"its runtime pid {rpid} is gone"
         elif state == SessionStatus.PINNED:
             why = (
@@ -263,7 +263,8 @@ def _outliving(
     out: list[Finding] = []
     for r in conn.execute(
         "SELECT c.*, s.stop_ts AS s_stop, s.turn AS s_turn, s.runtime_pid AS s_rpid, "
-        "s.runtime_create_time AS s_rct FROM calls c JOIN sessions s ON c.session = s.session "
+        "s.runtime_create_time AS s_create_time, s.runtime_start_ticks AS s_start_ticks, "
+        "s.runtime_boot_id AS s_boot_id FROM calls c JOIN sessions s ON c.session = s.session "
         "WHERE c.procs_live = 1 AND (c.cgroup IS NOT NULL OR c.lingering IS NOT NULL)"
     ):
         c = view.call_view(r)
@@ -278,7 +279,7 @@ def _outliving(
             what = f"{len(live)} process(es) it left running live"
         stopped = c.abort_ts or (r["s_stop"] if r["s_turn"] == c.turn else None)
         action = Action.CGROUP_KILL if c.cgroup is not None else Action.TERMINATE
-        if r["s_rpid"] is not None and not table.alive(r["s_rpid"], r["s_rct"]):
+        if r["s_rpid"] is not None and not table.alive(r["s_rpid"], view.runtime_start(r, "s_")):
             kind, why = FindingKind.ORPHAN_TOOL_PROCESS, f"its runtime pid {r['s_rpid']} is gone"
         elif stopped is not None and _age(now, stopped) > cfg.past_grace_s:
             # The recorded process itself: as in process-group mode; what it left: orphans.

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from turnwatch import names
 from turnwatch.runtime.model import FindingKind, RecoveryResult
 from turnwatch.runtime.procfs import ProcessTable
+from turnwatch.tracing import view
 from turnwatch.tracing.batchsql import select_in
 from turnwatch.watchdog.scan import Action, Finding
 
@@ -65,7 +66,7 @@ class Threads:
         for d in left:
             row = rows.get(d.thread)
             if row is not None and row["processing"]:
-                if table.alive(row["runtime_pid"], row["runtime_create_time"]):
+                if table.alive(row["runtime_pid"], view.runtime_start(row)):
                     continue  # its run goes on: the runtime answers its calls at its stop
                 proof = f"its runtime pid {row['runtime_pid']} is gone"
             elif row is not None and (row["settled_ts"] or 0.0) >= d.ts:

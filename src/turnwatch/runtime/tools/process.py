@@ -166,6 +166,8 @@ async def run_process(
             Started(
                 pid=proc.pid,
                 create_time=seen.create_time if seen else None,
+                start_ticks=seen.ticks if seen else None,
+                boot_id=procfs.boot_id(),
                 containment=box.kind(cgroup).value,
                 cgroup=str(cgroup.path) if cgroup is not None else None,
                 holes=box.holes(cgroup),
@@ -189,7 +191,7 @@ async def run_process(
         code = proc.wait()
         data: dict[str, Any] = {"exit_code": code, "exit_mono_ns": exited.result()}
         if left is not None:
-            data["lingering"] = [[pid, ct] for pid, ct in sorted(left.members().items())]
+            data["lingering"] = _lingering(left.members())
             box.linger(ctx.request, left, cgroup)
             lingering = True
         if code == ENTER_FAILED and cgroup is not None and "cgroup.procs" in pipes.text:
@@ -290,3 +292,16 @@ async def generate_images(ctx: ToolContext) -> HostResult:
         prompt,
     ]
     return await run_process(ctx, argv)
+
+
+def _lingering(members: dict[int, float]) -> list[list[float]]:
+    """``[[pid, start time, start ticks], ...]``: with its ticks (of the call's boot, recorded
+    at its start), a process is still proved the same after a clock step."""
+    out: list[list[float]] = []
+    for pid, ct in sorted(members.items()):
+        seen = procfs.read(pid)
+        if seen is not None and seen.ticks is not None and procfs.same_start(seen.create_time, ct):
+            out.append([pid, ct, seen.ticks])
+        else:
+            out.append([pid, ct])
+    return out
