@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import GRACE, Procs, require_cgroups, until
 from turnwatch import names
-from turnwatch.runtime import LocalHost, MemorySink, Outcome, Runtime
+from turnwatch.runtime import LocalHost, MemorySink, Outcome, Runtime, procfs
 from turnwatch.testing import check_invariants
 
 #: Invariant 3's "small slack" after the grace window.
@@ -176,7 +176,15 @@ async def test_a_finished_call_records_what_it_left_running_and_the_stop_ends_it
     assert result.outcome is Outcome.COMPLETED
     child = procs.track(pids_in(result.output)[0])
     finished = sink.of(names.TOOL_FINISHED, call=left.call_id)[0]
-    assert [pid for pid, _ct in finished.attrs["lingering"]] == [child.pid]
+    # pid, start time, and the kernel's start ticks (a clock step cannot make it unprovable)
+    seen = procfs.read(child.pid)
+    assert seen is not None
+    [(pid, start, ticks)] = finished.attrs["lingering"]
+    assert (pid, ticks) == (child.pid, seen.ticks)
+    assert procfs.same_start(start, seen.create_time)
+    started = sink.of(names.TOOL_STARTED, call=left.call_id)[0]
+    assert started.attrs[names.K_BOOT_ID] == procfs.boot_id()
+    assert type(started.attrs[names.K_START_TICKS]) is int
     assert child.is_running(), "a finished call's background process is not killed by itself"
     busy = turn.request("Bash", {"command": "echo ready; exec sleep 1000"})
     await until(lambda: output_of(sink, busy.call_id), what="the second call to run")
