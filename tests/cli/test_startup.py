@@ -98,6 +98,16 @@ def test_one_scan_serves_no_metrics_and_reads_no_agent_logs(
     assert "turnwatch.tracing.ledger" not in mods
 
 
+def test_a_look_runs_no_event_loop(tmp_path: Path, ledger: Path) -> None:
+    """``watch --once --no-recover`` scans and reports, and awaits nothing: no event loop, and
+    none of asyncio's ~30 ms of imports (ssl, concurrent.futures among them) (#31). A recovery,
+    which waits out grace windows, still runs on one (``recover --dry-run`` too: it plans the
+    same recovery)."""
+    mods = imported(tmp_path, "watch", "--once", "--no-recover", "--ledger", str(ledger))
+    assert "turnwatch.watchdog.scan" in mods  # it did scan
+    assert sorted(m for m in mods if m.startswith(("asyncio", "ssl", "concurrent"))) == []
+
+
 @pytest.mark.parametrize(
     ("argv", "command"),
     [

@@ -128,3 +128,26 @@ async def test_a_scan_that_could_not_read_the_ledger_prunes_nothing(
     assert [r.session for r in view.sessions(conn)] == ["s"]
     conn.close()
     assert proc.is_running()  # a mutating call's process: reported, never signalled
+
+
+async def test_a_look_is_the_cycle_of_a_watchdog_that_recovers_nothing(tmp_path: Path) -> None:
+    """``Watchdog.look`` (``watch --once --no-recover``, no event loop) finds what a cycle of
+    the same watchdog finds, reports each finding once, acts on none, and fails as it does on a
+    ledger it cannot read."""
+    path = tmp_path / "ledger.sqlite3"
+    pinned_ledger(path)
+    sink = MemorySink()
+    dog = Watchdog(path, sink, lambda: None, cfg=CFG, recover=False)
+    first, second = dog.look(), dog.look()
+    cycled = await Watchdog(path, MemorySink(), lambda: None, cfg=CFG, recover=False).cycle()
+
+    assert {f.key for f in first.findings} == {f.key for f in cycled.findings}
+    assert {f.key for f in second.findings} == {f.key for f in cycled.findings}
+    assert {f.kind for f in first.findings} == {"pinned_session", "abort_rpc_stuck"}
+    assert first.actions == second.actions == []
+    reported = [e.attrs[names.K_FINDING] for e in sink if e.kind == names.WATCHDOG_FINDING]
+    assert sorted(reported) == ["abort_rpc_stuck", "pinned_session"]  # once, not at each look
+    bad = tmp_path / "bad.sqlite3"
+    bad.write_bytes(b"this is no database " * 400)
+    with pytest.raises(LedgerError, match=r"bad\.sqlite3: unreadable ledger"):
+        Watchdog(bad, MemorySink(), lambda: None, cfg=CFG, recover=False).look()

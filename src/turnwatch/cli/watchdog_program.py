@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -176,7 +175,12 @@ def once(
         threads=threads,
     )
     try:
-        cycle = asyncio.run(dog.cycle())
+        if recover:
+            import asyncio  # a recovery awaits grace windows; a look awaits nothing (~30 ms)
+
+            cycle = asyncio.run(dog.cycle())
+        else:
+            cycle = dog.look()
     finally:
         ledger = close()
     said_lost(ledger)
@@ -197,6 +201,8 @@ def loop(
     threads: Threads | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM, serving the metrics (rebuilt from the ledger) if asked."""
+    import asyncio
+
     from prometheus_client import CollectorRegistry
 
     from turnwatch.cli.metrics_server import build

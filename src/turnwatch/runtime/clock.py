@@ -10,10 +10,12 @@ Only the windows are on this clock: processes, pipes and the kernel keep real ti
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class Clock:
@@ -25,6 +27,8 @@ class Clock:
 
     async def wait(self, fut: asyncio.Future[Any], timeout: float) -> bool:
         """Until ``fut`` is done (True) or ``timeout`` seconds pass (False); never cancels it."""
+        import asyncio  # here: the watchdog's look imports this module and runs no loop
+
         done, _ = await asyncio.wait((fut,), timeout=max(timeout, 0.0))
         return bool(done)
 

@@ -16,7 +16,6 @@ A target is one of:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import select
@@ -133,6 +132,8 @@ class Pidfds:
         self._drop_exited()
         if not self.fds:
             return True
+        import asyncio  # here: the watchdog's look imports this module and runs no loop
+
         loop = asyncio.get_running_loop()
         all_gone = asyncio.Event()
 

@@ -9,7 +9,6 @@ without doing anything twice.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
@@ -161,6 +160,8 @@ class Recoverer:
             if how == HANDLERS:
                 return await self._settle_for_dead_runtime(f, row)
             assert row.control is not None
+            import asyncio  # here: the watchdog's look imports this module and runs no loop
+
             receipt = await asyncio.to_thread(control_client.abort, row.control, f.session)
         except (control_client.ControlError, OSError) as exc:
             self.record(

@@ -13,7 +13,6 @@ history.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -104,6 +103,8 @@ class Threads:
             return Recovery(f, Action.REPORT, RecoveryResult.REPORT_ONLY, why, words)
         if recoverer.dry_run:
             return Recovery(f, Action.ANSWER_CALLS, RecoveryResult.DRY_RUN, "", words)
+        import asyncio  # here: the watchdog's look imports this module and runs no loop
+
         try:
             outcomes = await asyncio.to_thread(self._outcomes, recoverer, f.session)
             said = {cid: lc.recorded_words(o) for cid, o in outcomes.items()}

@@ -8,12 +8,12 @@ by the call marker in their environment. Concurrent stops share one ``/proc`` sc
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from turnwatch.runtime.procfs import (
     Proc,
@@ -23,6 +23,9 @@ from turnwatch.runtime.procfs import (
     environ_has,
     read,
 )
+
+if TYPE_CHECKING:
+    import asyncio
 
 #: Environment variable every tool process carries: ``session/call_id``.
 CALL_MARKER = "TURNWATCH_CALL"
@@ -59,6 +62,8 @@ class SharedScan:
         self._at = 0.0
 
     async def table(self) -> ProcessTable:
+        import asyncio  # here: the watchdog's look imports this module and runs no loop
+
         fresh = self._task is not None and (
             not self._task.done() or time.monotonic() - self._at < self.max_age_s
         )
