@@ -155,8 +155,18 @@ def task_done(name: str) -> bool:
     return not any(t.get_name() == name and not t.done() for t in asyncio.all_tasks())
 
 
+def started(p: psutil.Process) -> float:
+    """When ``p`` started, in seconds since boot: what tells it from a later process with its
+    pid. Not the wall start time, which a clock step (this VM forked, mid-run, once) moves
+    between two looks at the same process, making every tracked process look gone."""
+    try:
+        return float(p.create_time(monotonic=True))  # type: ignore[call-arg]
+    except TypeError:  # psutil before 7.1: the wall start time
+        return float(p.create_time())
+
+
 class Procs:
-    """Processes a test knows about, as (pid, create_time); all must be gone at the end."""
+    """Processes a test knows about, as (pid, start since boot); all must be gone at the end."""
 
     def __init__(self) -> None:
         self.known: dict[int, float] = {}
@@ -170,7 +180,7 @@ class Procs:
 
     def track(self, pid: int) -> psutil.Process:
         proc = psutil.Process(pid)
-        self.known[pid] = proc.create_time()
+        self.known[pid] = started(proc)
         return proc
 
     def alive(self) -> list[int]:
@@ -178,7 +188,7 @@ class Procs:
         for pid, ct in self.known.items():
             with contextlib.suppress(psutil.Error):
                 p = psutil.Process(pid)
-                if p.create_time() == ct and p.status() != psutil.STATUS_ZOMBIE:
+                if started(p) == ct and p.status() != psutil.STATUS_ZOMBIE:
                     out.append(pid)
         return out
 
@@ -190,7 +200,7 @@ class Procs:
             with contextlib.suppress(psutil.Error):
                 for child in psutil.Process(pid).children(recursive=True):
                     with contextlib.suppress(psutil.Error):
-                        doomed[child.pid] = child.create_time()
+                        doomed[child.pid] = started(child)
                         child.kill()
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -205,7 +215,7 @@ class Procs:
             while time.monotonic() < deadline:
                 try:
                     p = psutil.Process(pid)
-                    if p.create_time() != ct:
+                    if started(p) != ct:
                         break  # gone, and the pid reused
                     if p.status() == psutil.STATUS_ZOMBIE:
                         if p.ppid() == os.getpid():
