@@ -113,6 +113,7 @@ class SessionView:
     gap_ts: float | None = None
     #: Who wrote it when no runtime mode says (an agent CLI: ``claude-code``); see :func:`producer`.
     source: str | None = None
+    #: The runtime's start as recorded by the kernel's clock (ticks since boot, the boot's id).
     runtime_start_ticks: int | None = None
     runtime_boot_id: str | None = None
 
