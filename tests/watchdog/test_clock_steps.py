@@ -15,7 +15,12 @@ from prometheus_client import CollectorRegistry
 
 from tests.conftest import Procs, wait_until
 from tests.watchdog.helpers import Recorder, spawn_tree, step_clock
-from tests.watchdog.test_cross_process import runtime_dies_then_one_cycle, spawn_runtime, state
+from tests.watchdog.test_cross_process import (
+    kill_runtime,
+    runtime_dies_then_one_cycle,
+    spawn_runtime,
+    state,
+)
 from turnwatch import names
 from turnwatch.cli.metrics_server import build
 from turnwatch.runtime import procfs
@@ -126,13 +131,25 @@ async def test_a_stop_settled_by_the_watchdog_is_measured_by_the_clock_both_ends
 # the wall time, and the watchdog proves by those.
 
 
-def far_call(path: Path) -> view.CallView:
+def far_call_running(
+    tmp_path: Path, procs: Procs, command: str
+) -> tuple[Path, subprocess.Popen[str], psutil.Process]:
+    """A real runtime in another process whose call runs ``command`` in process-group
+    containment (pid and start time are the only proof): its ledger, the runtime, and the
+    call's process, tracked."""
+    path = tmp_path / "ledger.sqlite3"
+    args: dict[str, object] = {"command": command}
+    sock = tmp_path / "rt.sock"
+    proc = spawn_runtime(
+        procs, path, sock, "adr", "Bash", args, stop=False, containment="process_group"
+    )
     conn = connect(path, readonly=True)
     try:
         (call,) = view.sessions(conn, only="far")[0].calls
     finally:
         conn.close()
-    return call
+    assert call.pid is not None
+    return path, proc, procs.track(call.pid)
 
 
 async def one_cycle(path: Path) -> Cycle:
@@ -149,33 +166,19 @@ async def test_a_live_runtime_recorded_before_a_clock_step_is_not_taken_for_dead
     """A runtime in another process runs a turn; the wall clock steps; a watchdog looks. The
     runtime is alive and its turn is running: no finding, nothing settled for it, its call's
     process untouched (taken for dead, its turn would be settled by the watchdog under it)."""
-    path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
-    proc = spawn_runtime(
-        procs,
-        path,
-        sock,
-        "adr",
-        "Bash",
-        {"command": "sleep 300"},
-        stop=False,
-        containment="process_group",
-    )
-    call = far_call(path)
-    assert call.pid is not None
-    sleeper = procs.track(call.pid)
+    path, proc, sleeper = far_call_running(tmp_path, procs, "sleep 300")
 
     step_clock(monkeypatch)
-    cycle = await one_cycle(path)
+    try:
+        cycle = await one_cycle(path)
 
-    assert cycle.findings == [], cycle
-    assert state(path, "far") == "processing"
-    assert sleeper.is_running()
-    assert sleeper.status() != psutil.STATUS_ZOMBIE
-    assert proc.poll() is None
-    proc.kill()
-    proc.wait()
-    assert proc.stdout is not None
-    proc.stdout.close()
+        assert cycle.findings == [], cycle
+        assert state(path, "far") == "processing"
+        assert sleeper.is_running()
+        assert sleeper.status() != psutil.STATUS_ZOMBIE
+        assert proc.poll() is None
+    finally:
+        kill_runtime(proc)
 
 
 async def test_an_orphan_recorded_before_a_clock_step_is_still_proved_and_ended(
@@ -184,20 +187,8 @@ async def test_an_orphan_recorded_before_a_clock_step_is_still_proved_and_ended(
     """A runtime records its call's process (process-group containment: pid and start time are
     the only proof) and dies; the wall clock steps; the watchdog finds the orphan and ends it,
     a child that ignores SIGTERM included."""
-    path, sock = tmp_path / "ledger.sqlite3", tmp_path / "rt.sock"
-    proc = spawn_runtime(
-        procs,
-        path,
-        sock,
-        "adr",
-        "Bash",
-        {"command": "trap '' TERM; sleep 300 & sleep 300"},
-        stop=False,
-        containment="process_group",
-    )
-    call = far_call(path)
-    assert call.pid is not None
-    bash = procs.track(call.pid)
+    script = "trap '' TERM; sleep 300 & sleep 300"
+    path, proc, bash = far_call_running(tmp_path, procs, script)
     wait_until(lambda: bash.children(), what="the child sleep")
     child = procs.track(bash.children()[0].pid)
 

@@ -109,12 +109,17 @@ def journal(path: Path) -> list[tuple[str, str | None, dict[str, object]]]:
         conn.close()
 
 
-async def runtime_dies_then_one_cycle(path: Path, proc: subprocess.Popen[str]) -> Cycle:
-    """The runtime is SIGKILLed mid-turn; then one watchdog cycle over its ledger."""
+def kill_runtime(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL a runtime of :func:`spawn_runtime`, reaped, its pipe closed."""
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.stdout is not None
     proc.stdout.close()
+
+
+async def runtime_dies_then_one_cycle(path: Path, proc: subprocess.Popen[str]) -> Cycle:
+    """The runtime is SIGKILLed mid-turn; then one watchdog cycle over its ledger."""
+    kill_runtime(proc)
     ledger = Ledger(path)
     try:
         return await Watchdog(path, ledger, ledger.flush, cfg=CFG).cycle()
