@@ -10,7 +10,6 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +21,7 @@ from turnwatch.runtime.procfs import ProcessTable
 from turnwatch.tracing.ledger_file import LedgerError, LedgerNotReady, connect
 from turnwatch.tracing.prune import Pruned, prune
 from turnwatch.tracing.rows import damaged_summaries
+from turnwatch.watchdog.cycle import Cycle as Cycle  # its home before cycle.py
 from turnwatch.watchdog.inprocess import merged, runtime_findings
 from turnwatch.watchdog.pacing import BACKOFF_MAX_S as BACKOFF_MAX_S  # their home before pacing
 from turnwatch.watchdog.pacing import BACKOFF_MIN_S as BACKOFF_MIN_S
@@ -53,35 +53,6 @@ _RECOVERABLE = {
     FindingKind.ABORTED_WITH_LIVE_PROCESS,
     FindingKind.ORPHAN_TOOL_PROCESS,
 }
-
-
-@dataclass
-class Cycle:
-    """One pass of the loop."""
-
-    findings: list[Finding] = field(default_factory=list)
-    actions: list[Recovery] = field(default_factory=list)
-    duration_s: float = 0.0
-    #: Why the ledger could not be read in this pass (the findings are then only what the
-    #: runtime itself knows), or None.
-    unread: str | None = None
-    #: Rows of processing sessions this pass skipped as damaged: sessions it could not judge.
-    damaged: list[str] = field(default_factory=list)
-
-    @property
-    def unresolved(self) -> list[Finding]:
-        """Findings no action resolved (exit 1 for ``watch --once``)."""
-        done = {
-            id(a.finding)
-            for a in self.actions
-            if a.result in (RecoveryResult.OK, RecoveryResult.SKIPPED)
-        }
-        # A background process runs by design: reported, never a reason to page anyone.
-        return [
-            f
-            for f in self.findings
-            if id(f) not in done and f.kind != FindingKind.BACKGROUND_PROCESS
-        ]
 
 
 class Watchdog:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from turnwatch.watchdog.loop import Cycle
+from turnwatch.watchdog.cycle import Cycle
 
 #: How often the standing findings are summed up, seconds.
 SUMMARY_EVERY_S = 60.0
