@@ -32,6 +32,12 @@ GRACE = 0.6
 #: counted as this one's leftovers, and failed tests that had left nothing.
 RUN_TOKEN = "TURNWATCH_TEST_RUN"
 os.environ.setdefault(RUN_TOKEN, uuid.uuid4().hex)
+# pytest-xdist's workers inherit the controller's token: each worker's own, so a worker's
+# helpers never count a process another worker's test started (a program inheriting a worker's
+# environment keeps its token: it already ends with the worker's name).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER and not os.environ[RUN_TOKEN].endswith(f".{_WORKER}"):
+    os.environ[RUN_TOKEN] = f"{os.environ[RUN_TOKEN]}.{_WORKER}"
 
 
 def this_run(env: Mapping[str, str]) -> bool:
@@ -47,6 +53,12 @@ def pytest_configure(config: pytest.Config) -> None:
     ``ingest --follow`` timing out). Ignoring is inherited across exec, a handler is not."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment. The CLI's
+    # rich consoles are made at import and a width found in the environment then is fixed for
+    # good, so every in-process command rendered 80 wide whatever the test asked for. Without
+    # them, as in a serial run, a console reads its width at each use.
+    for var in ("COLUMNS", "LINES"):
+        os.environ.pop(var, None)
 
 
 @functools.cache
