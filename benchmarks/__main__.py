@@ -1,4 +1,8 @@
-"""``make bench``: every benchmark in one run, as markdown on stdout and in benchmarks/latest.md."""
+"""``make bench``: every benchmark in one run, as markdown on stdout and in benchmarks/latest.md.
+
+``python -m benchmarks --no-soak`` runs every section but the soak (about twelve minutes instead
+of more than an hour), and says so in what it writes.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,10 @@ import datetime
 import gc
 import os
 import platform
+import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from benchmarks import (
     agentlogs,
@@ -28,12 +35,21 @@ from benchmarks import (
 )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if any(a != "--no-soak" for a in args):
+        print(
+            f"error: unknown argument {args!r}; usage: python -m benchmarks [--no-soak]",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    soaked = "--no-soak" not in args
+    how = "`make bench`" if soaked else "`python -m benchmarks --no-soak` (all but the soak)"
     parts = [
         f"_Measured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, with `make bench`._\n"
+        f"Python {platform.python_version()}, with {how}._\n"
     ]
-    for section in (
+    sections: list[Callable[[], str | Coroutine[Any, Any, str]]] = [
         modes.main,
         stops.main,
         containment.main,
@@ -48,13 +64,15 @@ def main() -> None:
         agentlogs.main,
         agentprocs.main,
         instructions.main,
-        soak.main,  # last, and the longest: TURNWATCH_SOAK_SESSIONS sessions (1,000,000)
-    ):
+    ]
+    if soaked:
+        sections.append(soak.main)  # last, and the longest: TURNWATCH_SOAK_SESSIONS sessions
+    for section in sections:
         # Each section starts with no garbage of the one before: a full collection of another
         # section's cycles would otherwise land in, say, one of the timed abort walks.
         gc.collect()
         result = section()
-        parts.append(asyncio.run(result) if asyncio.iscoroutine(result) else result)
+        parts.append(result if isinstance(result, str) else asyncio.run(result))
     text = "\n".join(parts)
     print(text)
     (Path(__file__).parent / "latest.md").write_text(text)
