@@ -121,10 +121,11 @@ function actions(s) {
     // (An idle session has nothing to stop: no button, not a disabled one, which would also
     // swallow a click meant for its row.)
     const stoppable = s.state !== "idle" && !awaitingIdle.has(s.session);
-    const button = el("button", { class: "stop", disabled: !stoppable, "data-session": s.session }, stoppable || !awaitingIdle.has(s.session) ? "Stop" : "Stopping…");
+    const button = el("button", { class: "stop", disabled: !stoppable, "data-session": s.session, "data-turn": s.turn ?? "" }, stoppable || !awaitingIdle.has(s.session) ? "Stop" : "Stopping…");
     button.addEventListener("click", (e) => {
       e.stopPropagation();
-      stop(s.session, s.turn, button);
+      // The turn drawn on the button: a button kept over polls (keep) stops what it shows.
+      stop(s.session, button.dataset.turn || null, button);
     });
     cell.append(button);
   }
@@ -213,6 +214,38 @@ function row(s) {
   return tr;
 }
 
+// The row drawn at the poll before, brought up to date in place, or the new one. A click is a
+// press and a release, and chromium sends none when the element pressed left the page between
+// them, even to come back: the table drawn again at each poll made a row or a Stop pressed at
+// that moment do nothing. So a row stays the same element over polls, never taken out while it
+// stays in its place, and so do its cells and the buttons of a cell drawn the same as before;
+// a changed cell keeps its element and takes the new content.
+function keep(prev, next) {
+  if (!prev || prev.cells.length !== next.cells.length) return next;
+  same(prev, next);
+  [...next.cells].forEach((cell, i) => {
+    const old = prev.cells[i];
+    if (old.outerHTML === cell.outerHTML) return;
+    same(old, cell);
+    old.replaceChildren(...cell.childNodes);
+  });
+  return prev;
+}
+
+// ``node``'s attributes made ``like``'s.
+function same(node, like) {
+  for (const a of node.getAttributeNames()) if (!like.hasAttribute(a)) node.removeAttribute(a);
+  for (const a of like.getAttributeNames()) node.setAttribute(a, like.getAttribute(a));
+}
+
+// ``body``'s children made ``rows``, in order, touching only what moved, came or went.
+function place(body, rows) {
+  rows.forEach((r, i) => {
+    if (body.children[i] !== r) body.insertBefore(r, body.children[i] ?? null);
+  });
+  while (body.children.length > rows.length) body.lastElementChild.remove();
+}
+
 function matches(s, q) {
   if (!q) return true;
   return [s.session, s.turn, s.mode, s.source, s.state, ...s.findings].some((v) => v && String(v).toLowerCase().includes(q));
@@ -230,16 +263,17 @@ function renderSessions(all) {
   const hidden = new Set(folded ? idle.slice(IDLE_SHOWN).map((s) => s.session) : []);
   const shown = sorted.filter((s) => !hidden.has(s.session) || s.session === selected);
   const body = $("#sessions tbody");
-  const rows = shown.map(row);
+  const before = new Map([...body.rows].map((r) => [r.dataset.session ?? r.className, r]));
+  const rows = shown.map((s) => keep(before.get(s.session), row(s)));
   if (folded) {
     const more = el("button", { class: "more", id: "show-idle" }, `show ${folded} more idle session(s)`);
     more.addEventListener("click", () => {
       showAllIdle = true;
       refresh();
     });
-    rows.push(el("tr", { class: "fold" }, el("td", { colSpan: 9 }, more)));
+    rows.push(keep(before.get("fold"), el("tr", { class: "fold" }, el("td", { colSpan: 9 }, more))));
   }
-  body.replaceChildren(...rows);
+  place(body, rows);
   $("#empty").hidden = all.length > 0;
   $("#status").textContent = `${all.length} session(s)${q ? `, ${sorted.length} matching` : ""} · updated ${new Date().toLocaleTimeString()}`;
   const idleNow = all.filter((s) => s.state === "idle" && awaitingIdle.has(s.session));

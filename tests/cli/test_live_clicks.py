@@ -1,0 +1,86 @@
+"""A click is a press and a release, and the live page polls twice a second. It drew its table
+anew at each poll, and chromium sends no click when the element pressed left the page before
+the release, even to come back: a row or a Stop pressed at that moment did nothing. In Debian's
+chromium: the press, then the table changed by a poll, then the release."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.browser import CHROMIUM, live_demo, require_chromium, serving
+from tests.watchdog.helpers import Recorder
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def ledger_of_idle_sessions(tmp: Path, n: int) -> Path:
+    path = tmp / "ledger.sqlite3"
+    rec = Recorder(path)
+    for i in range(n):
+        rec("turn.started", f"idle-{i:02d}", 600 - i, turn=f"idle-{i:02d}.t1")
+        rec("turn.settled", f"idle-{i:02d}", 599 - i, turn=f"idle-{i:02d}.t1")
+        rec("processing.cleared", f"idle-{i:02d}", 599 - i, turn=f"idle-{i:02d}.t1")
+    rec.close()
+    return path
+
+
+def press_across_a_redraw(page: Any, selector: str) -> None:
+    """Press on ``selector``'s middle, wait until the table has been drawn again, release."""
+    box = page.locator(selector).bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.evaluate("() => { document.querySelector('#sessions tbody').__drawn = 0; }")
+    page.evaluate(
+        """() => new MutationObserver((_, o) => {
+              document.querySelector('#sessions tbody').__drawn += 1; o.disconnect(); })
+            .observe(document.querySelector('#sessions tbody'), {childList: true, subtree: true})"""
+    )
+    page.mouse.down()
+    page.wait_for_function("() => document.querySelector('#sessions tbody').__drawn > 0")
+    page.mouse.up()
+
+
+def test_a_row_clicked_while_the_table_is_drawn_again_shows_its_timeline(tmp_path: Path) -> None:
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    path = ledger_of_idle_sessions(tmp_path, 5)
+    args = ["serve", "--ledger", str(path), "--addr", "127.0.0.1:0"]
+    with serving(tmp_path, args, path) as srv, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(srv.base + "/")
+            page.wait_for_function("() => document.querySelector('#tl-session').textContent")
+            shown = page.inner_text("#tl-session")
+            # Three rows in turn, none the one shown first.
+            others = [s for s in ("idle-03", "idle-01", "idle-02", "idle-00") if s not in shown]
+            for session in others[:3]:
+                press_across_a_redraw(page, f'tr[data-session="{session}"] td.id >> nth=0')
+                page.wait_for_function(
+                    f"() => document.querySelector('#tl-session').textContent"
+                    f".startsWith('{session}')",
+                    timeout=5000,
+                )
+        finally:
+            browser.close()
+
+
+def test_a_stop_pressed_while_the_table_is_drawn_again_stops_the_session(tmp_path: Path) -> None:
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with live_demo(tmp_path) as demo, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(demo.base + "/")
+            stop = 'tr[data-session="web-grep"][data-state="processing"] button.stop'
+            page.wait_for_selector(f"{stop}:not([disabled])", timeout=60000)
+            press_across_a_redraw(page, stop)
+            page.wait_for_selector('tr[data-session="web-grep"][data-state="idle"]', timeout=30000)
+        finally:
+            browser.close()
