@@ -19,6 +19,7 @@ from turnwatch.runtime import HostResult, HostStatus, LocalHost, Runtime, Starte
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.tracing import view
+from turnwatch.tracing.eventlines import EventLines
 from turnwatch.tracing.ingest import ingest
 from turnwatch.tracing.ledger import BATCH_MAX, Ledger, connect
 from turnwatch.tracing.ledger_batch import _INSERT_EVENTS, _rows
@@ -38,7 +39,7 @@ async def noop(ctx: ToolContext) -> HostResult:
     return HostResult(HostStatus.OK, "ok")
 
 
-async def per_call(sink: Telemetry | None) -> tuple[float, float]:
+async def per_call(sink: Telemetry | EventLines | None) -> tuple[float, float]:
     """Seconds per call until every event of the run is committed, and the event loop thread's
     own CPU time per call (building and enqueueing events, not the writer's work)."""
     host = LocalHost(subreaper=False)
@@ -49,7 +50,7 @@ async def per_call(sink: Telemetry | None) -> tuple[float, float]:
     for _ in range(CALLS):
         await turn.request("noop", {}, tool_class="extension").result()
     cpu = time.thread_time() - cpu
-    if sink is not None and sink.ledger is not None:
+    if isinstance(sink, Telemetry) and sink.ledger is not None:
         sink.ledger.flush(timeout=600)
     return (time.perf_counter() - started) / CALLS, cpu / CALLS
 
@@ -69,7 +70,7 @@ async def instrumentation(tmp: Path) -> list[list[object]]:
     Python parts, slows the loop down: the wall time counts both threads. Each instrumented run
     has a fresh ledger and ends with the writer idle (flushed): no run pays another's backlog.
     """
-    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "ledger": [], "full": []}
+    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "ledger": [], "full": [], "lines": []}
     for rep in range(REPS):
         runs["bare"].append(await per_call(None))
         for label in ("ledger", "full"):
@@ -77,6 +78,10 @@ async def instrumentation(tmp: Path) -> list[list[object]]:
             runs[label].append(await per_call(tel))
             assert tel.ledger is not None
             tel.ledger.close()
+        # The ledger written by a process of its own (README): the runtime only writes lines.
+        lines = EventLines(tmp / f"lines{rep}.jsonl")
+        runs["lines"].append(await per_call(lines))
+        lines.close()
 
     def best(label: str, i: int) -> float:
         return min(r[i] for r in runs[label])
@@ -109,6 +114,13 @@ async def instrumentation(tmp: Path) -> list[list[object]]:
             "ledger + metrics, no spans, until committed",
             ratio("ledger"),
             f"{fmt_s(best('ledger', 0))}, " + added("ledger", 0),
+        ],
+        [
+            "same calls, an `EventLines` sink (its ledger, spans, metrics written by an "
+            "`ingest --follow` of their own, not timed here)",
+            ratio("lines"),
+            f"{fmt_s(best('lines', 0))}, " + added("lines", 0) + "; the loop's CPU "
+            f"{fmt_s(best('lines', 1))}, " + added("lines", 1),
         ],
     ]
 
