@@ -214,12 +214,11 @@ function row(s) {
   return tr;
 }
 
-// The row drawn at the poll before, brought up to date in place, or the new one. A click is a
-// press and a release, and chromium sends none when the element pressed left the page between
-// them, even to come back: the table drawn again at each poll made a row or a Stop pressed at
-// that moment do nothing. So a row stays the same element over polls, never taken out while it
-// stays in its place, and so do its cells and the buttons of a cell drawn the same as before;
-// a changed cell keeps its element and takes the new content.
+// The row drawn at the poll before, brought up to date in place, or the new one. A row stays
+// the same element over polls, never taken out while it keeps its place, and so do its cells and
+// the buttons of a cell drawn the same as before (a changed cell keeps its element and takes the
+// new content): a Stop that has the keyboard's focus keeps it, and a press that outlasts
+// PRESS_HOLD_MS still ends on the element it began on unless that changed.
 function keep(prev, next) {
   if (!prev || prev.cells.length !== next.cells.length) return next;
   same(prev, next);
@@ -251,7 +250,30 @@ function matches(s, q) {
   return [s.session, s.turn, s.mode, s.source, s.state, ...s.findings].some((v) => v && String(v).toLowerCase().includes(q));
 }
 
+// A press on the table holds its redraw until the release (at most PRESS_HOLD_MS): chromium
+// sends no click when the element pressed left the page before the release, and a poll may
+// move a row (another session's state changed its place) or redraw a cell under the pointer.
+const PRESS_HOLD_MS = 5000;
+let pressedAt = null;
+let heldSessions = null; // what a poll brought during the press, drawn after the click
+$("#sessions").addEventListener("pointerdown", () => {
+  pressedAt = Date.now();
+});
+for (const type of ["pointerup", "pointercancel"]) {
+  document.addEventListener(type, () => {
+    if (pressedAt === null) return;
+    pressedAt = null;
+    const all = heldSessions;
+    heldSessions = null;
+    if (all) setTimeout(() => renderSessions(all), 0); // after the click this release makes
+  });
+}
+
 function renderSessions(all) {
+  if (pressedAt !== null && Date.now() - pressedAt < PRESS_HOLD_MS) {
+    heldSessions = all;
+    return;
+  }
   const q = $("#filter").value.trim().toLowerCase();
   const sorted = all
     .map((s, i) => [s, i])
