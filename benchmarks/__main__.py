@@ -16,24 +16,6 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from benchmarks import (
-    agentlogs,
-    agentprocs,
-    agents_sdk,
-    browser,
-    containment,
-    google_adk,
-    instructions,
-    integrations,
-    langgraph,
-    modes,
-    soak,
-    startup,
-    stops,
-    tracing,
-    watchdog,
-)
-
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
@@ -44,6 +26,26 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(2)
     soaked = "--no-soak" not in args
+    # The sections after the arguments: they import every framework (tens of seconds on a busy
+    # machine), and a wrong argument is told at once.
+    from benchmarks import (
+        agentlogs,
+        agentprocs,
+        agents_sdk,
+        browser,
+        containment,
+        google_adk,
+        instructions,
+        integrations,
+        langgraph,
+        modes,
+        soak,
+        startup,
+        stops,
+        tracing,
+        watchdog,
+    )
+
     how = "`make bench`" if soaked else "`python -m benchmarks --no-soak` (all but the soak)"
     parts = [
         f"_Measured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} cores, "

@@ -73,7 +73,7 @@ def test_explain_at_80_columns_cuts_nothing(demo_ledger: Path) -> None:
     assert not any("…" in ln for ln in out), [ln for ln in out if "…" in ln]
     body = "\n".join(out)
     assert "Write c3" in body  # two Writes, told apart by their call ids
-    assert "Write c6" in body
+    assert "Write c5" in body
     assert "completed_after_stop" in body
 
 
