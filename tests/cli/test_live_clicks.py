@@ -79,3 +79,26 @@ def test_a_stop_pressed_across_a_poll_stops_the_session(tmp_path: Path) -> None:
             page.wait_for_selector('tr[data-session="web-grep"][data-state="idle"]', timeout=30000)
         finally:
             browser.close()
+
+
+def test_a_stop_with_the_keyboards_focus_keeps_it_across_polls(tmp_path: Path) -> None:
+    """Tab to a Stop, let the page poll, press Enter: the button is still the one focused (a
+    table drawn anew moved the focus to the page at each poll, and Enter did nothing)."""
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with live_demo(tmp_path) as demo, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(demo.base + "/")
+            stop = 'tr[data-session="web-grep"][data-state="processing"] button.stop'
+            page.wait_for_selector(f"{stop}:not([disabled])", timeout=60000)
+            page.focus(stop)
+            for _ in range(2):
+                with page.expect_response(lambda r: r.url.endswith("/api/sessions")):
+                    pass
+            page.keyboard.press("Enter")
+            page.wait_for_selector('tr[data-session="web-grep"][data-state="idle"]', timeout=30000)
+        finally:
+            browser.close()
