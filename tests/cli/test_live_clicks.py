@@ -5,7 +5,6 @@ Debian's chromium: the press, the page's next poll answered, the release."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,24 +68,18 @@ def test_a_row_clicked_across_a_poll_shows_its_timeline(tmp_path: Path) -> None:
             browser.close()
 
 
-def stops_web_grep(tmp: Path, press: Callable[[Any, str], None]) -> None:
-    """``demo --web``'s page: its ``web-grep`` session's Stop, once clickable, given to
-    ``press``; the session must then go idle."""
+def test_a_stop_pressed_across_a_poll_stops_the_session(tmp_path: Path) -> None:
     require_chromium()
     from playwright.sync_api import sync_playwright
 
-    with live_demo(tmp) as demo, sync_playwright() as pw:
+    with live_demo(tmp_path) as demo, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto(demo.base + "/")
             stop = 'tr[data-session="web-grep"][data-state="processing"] button.stop'
             page.wait_for_selector(f"{stop}:not([disabled])", timeout=60000)
-            press(page, stop)
+            press_across_a_poll(page, stop)
             page.wait_for_selector('tr[data-session="web-grep"][data-state="idle"]', timeout=30000)
         finally:
             browser.close()
-
-
-def test_a_stop_pressed_across_a_poll_stops_the_session(tmp_path: Path) -> None:
-    stops_web_grep(tmp_path, press_across_a_poll)
