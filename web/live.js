@@ -217,8 +217,9 @@ function row(s) {
 // The row drawn at the poll before, brought up to date in place, or the new one. A row stays
 // the same element over polls, never taken out while it keeps its place, and so do its cells and
 // the buttons of a cell drawn the same as before (a changed cell keeps its element and takes the
-// new content): less to redraw, and a press that outlasts PRESS_HOLD_MS still ends on the
-// element it began on unless that changed or moved.
+// new content): text selected in the table (a session id being copied) stays selected over
+// polls, and a press that outlasts PRESS_HOLD_MS still ends on the element it began on unless
+// that changed or moved.
 function keep(prev, next) {
   if (!prev || prev.cells.length !== next.cells.length) return next;
   same(prev, next);

@@ -83,3 +83,36 @@ def test_a_stop_pressed_across_a_poll_stops_the_session(tmp_path: Path) -> None:
             page.wait_for_selector('tr[data-session="web-grep"][data-state="idle"]', timeout=30000)
         finally:
             browser.close()
+
+
+def test_a_session_id_selected_in_the_table_stays_selected_across_polls(tmp_path: Path) -> None:
+    """On call, the session id is copied from the table (for ``turnwatch explain``): a table
+    drawn anew at each poll took the selection away within half a second."""
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    path = ledger_of_idle_sessions(tmp_path, 5)
+    args = ["serve", "--ledger", str(path), "--addr", "127.0.0.1:0"]
+    with serving(tmp_path, args, path) as srv, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(srv.base + "/")
+            page.wait_for_selector('tr[data-session="idle-02"] td.id')
+            page.evaluate(
+                "() => getSelection().selectAllChildren("
+                "document.querySelector('tr[data-session=\"idle-02\"] td.id'))"
+            )
+            assert page.evaluate("() => getSelection().toString()") == "idle-02"
+            # Two redraws at least: the status line says the second of each, polls come twice a
+            # second, so it changes at least once a second.
+            for _ in range(2):
+                status = page.inner_text("#status")
+                page.wait_for_function(
+                    "s => document.querySelector('#status').textContent !== s",
+                    arg=status,
+                    timeout=10000,
+                )
+            assert page.evaluate("() => getSelection().toString()") == "idle-02"
+        finally:
+            browser.close()
