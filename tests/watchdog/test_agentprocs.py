@@ -166,6 +166,32 @@ def test_a_watchdog_started_after_a_clock_step_records_nothing_twice(
     assert shell.is_running()
 
 
+def test_after_the_wall_clock_stepped_back_a_shell_from_before_the_turn_is_not_its(
+    tmp_path: Path,
+    project: Path,
+    procs: Procs,
+    harness: Harness,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A watchdog reads ``btime`` once; the wall clock then stepped back 30 s. Its start times
+    are 30 s ahead of the CLIs' logs from then on: a shell the CLI started before the turn fell
+    inside the turn's window, was recorded as its call, and would have been ended with it. The
+    turn's own shell is still recorded."""
+    cli = Cli(tmp_path, project, procs)
+    before = cli.shell()  # not of the turn: the CLI started it before the turn began
+    time.sleep(1.5)  # more than the windows' slack
+    session(harness.rec, project, ago=0.0)
+    harness.step()  # the CLI is found, on the clock before the step
+    step_clock(monkeypatch, by=30.0)
+    own = cli.shell()
+    now = time.time() + 30.0  # the turn has run 30 s
+    harness.step(now)
+    harness.step(now + 2 * CONFIRM_S)
+    recorded = [e.attrs[names.K_PID] for e in harness.events if e.kind == names.TOOL_STARTED]
+    assert recorded == [own.pid]
+    assert before.pid not in recorded
+
+
 def test_an_interrupted_turn_s_shell_is_ended_and_never_the_cli(
     tmp_path: Path, project: Path, procs: Procs, harness: Harness
 ) -> None:

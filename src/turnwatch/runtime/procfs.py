@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -69,6 +70,23 @@ def boot_id() -> str | None:
     with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as fh:
         return fh.read().strip() or None
     return None
+
+
+#: ``btime`` is whole seconds: a process's start times sit up to this far before the wall clock's
+#: own reading of the boot without any step.
+_BTIME_TRUNCATION_S = 1.0
+
+
+def wall_shift() -> float:
+    """What to add to a start time this process computes to put it on the wall clock as it reads
+    now: 0.0 until the clock stepped since this process read ``btime`` (then minus the step).
+
+    A long-lived reader (the watchdog) compares start times with times other programs wrote
+    (an agent CLI's log): those follow the clock as it was when written, its own start times the
+    clock as it was when it started.
+    """
+    now = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) - _boot_time()
+    return now if abs(now) > _BTIME_TRUNCATION_S else 0.0
 
 
 def local_start(create_time: float | None, ticks: object, boot: object) -> float | None:

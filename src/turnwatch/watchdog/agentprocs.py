@@ -29,7 +29,7 @@ from typing import Any, Final
 from turnwatch import names
 from turnwatch.runtime.events import Event, EventSink
 from turnwatch.runtime.model import FindingKind, ToolClass
-from turnwatch.runtime.procfs import Proc, ProcessTable, local_start, start_attrs
+from turnwatch.runtime.procfs import Proc, ProcessTable, local_start, start_attrs, wall_shift
 from turnwatch.tracing import view
 from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.rows import attrs_of
@@ -91,6 +91,9 @@ class Attributor:
         self._noted: set[str] = set()
         self._loaded = False
         self._clis: dict[str, list[Proc]] | None = None
+        #: Added to a start time the process table gives, to compare it with a CLI's log: 0.0
+        #: unless the wall clock stepped since this process read the boot time (each pass).
+        self._shift = 0.0
 
     # --- one pass ---
 
@@ -105,6 +108,7 @@ class Attributor:
         ):
             return 0  # no turn running, nothing recorded alive: /proc is not read at all
         table = table or ProcessTable.scan()
+        self._shift = wall_shift()
         n = 0
         self._clis = None  # each CLI's processes, listed once per pass when first needed
         for w in watched:
@@ -200,7 +204,7 @@ class Attributor:
         found = [
             p
             for p in self._cli_procs(table).get(w.source, ())
-            if p.create_time <= before
+            if p.create_time + self._shift <= before
             and (w.cli is None or p.create_time > w.cli[1])  # a new CLI of the session
             and (cwd := self._dir(p)) is not None
             and in_project(w.project, cwd)
@@ -263,7 +267,7 @@ class Attributor:
             key = (p.pid, p.create_time)
             if key in self._seen or key in self._pending or key in self.background:
                 continue
-            if w.turn_started - SLACK_S <= p.create_time <= end:
+            if w.turn_started - SLACK_S <= p.create_time + self._shift <= end:
                 self._pending[key] = (w, now)
 
     def _confirm(self, conn: Any, table: ProcessTable, now: float) -> int:
@@ -276,7 +280,7 @@ class Attributor:
                 continue
             del self._pending[key]
             assert w.turn is not None
-            bg = _background_call(conn, w.session, w.turn, key[1])
+            bg = _background_call(conn, w.session, w.turn, key[1] + self._shift)
             if bg is not None:
                 self.background[key] = Finding(
                     FindingKind.BACKGROUND_PROCESS,
