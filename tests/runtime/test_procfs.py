@@ -69,3 +69,18 @@ def test_a_start_of_another_boot_is_no_process_running_now() -> None:
     assert procfs.local_start(123.0, "500", procfs.boot_id()) == 123.0
     assert procfs.local_start(123.0, True, procfs.boot_id()) == 123.0
     assert procfs.start_attrs(None) == {}
+
+
+def test_the_wall_shift_is_none_without_a_step_and_the_step_after_one(
+    sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start time plus the shift is where the wall clock puts that start now: this process's
+    boot time is whole seconds, so no step reads as none; after one it is minus the step."""
+    assert procfs.wall_shift() == 0.0
+    seen = procfs.read(sleeper.pid)
+    assert seen is not None
+    step_clock(monkeypatch, by=30.0)  # the boot time this process read, 30 s ahead of the clock
+    after = procfs.read(sleeper.pid)
+    assert after is not None
+    assert after.create_time == pytest.approx(seen.create_time + 30.0)
+    assert after.create_time + procfs.wall_shift() == pytest.approx(seen.create_time, abs=1.0)
