@@ -85,8 +85,8 @@ def wall_shift() -> float:
     (an agent CLI's log): those follow the clock as it was when written, its own start times the
     clock as it was when it started.
     """
-    now = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) - _boot_time()
-    return now if abs(now) > _BTIME_TRUNCATION_S else 0.0
+    shift = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) - _boot_time()
+    return shift if abs(shift) > _BTIME_TRUNCATION_S else 0.0
 
 
 def local_start(create_time: float | None, ticks: object, boot: object) -> float | None:
