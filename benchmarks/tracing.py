@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import tempfile
@@ -19,12 +20,14 @@ from turnwatch.runtime import HostResult, HostStatus, LocalHost, Runtime, Starte
 from turnwatch.runtime.events import Event
 from turnwatch.runtime.tools.context import ToolContext
 from turnwatch.tracing import view
+from turnwatch.tracing.dedup import dedup_key
 from turnwatch.tracing.eventlines import EventLines
-from turnwatch.tracing.ingest import ingest
+from turnwatch.tracing.ingest import ingest, parse_line
 from turnwatch.tracing.ledger import BATCH_MAX, Ledger, connect
-from turnwatch.tracing.ledger_batch import _INSERT_EVENTS, _rows
+from turnwatch.tracing.ledger_batch import _INSERT_EVENTS, _rows, write_batch
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
+from turnwatch.tracing.summary import Summary
 
 CALLS = 5000
 REPS = 5
@@ -220,6 +223,58 @@ def ledger_rate(tmp: Path) -> list[list[object]]:
     ]
 
 
+def ingest_stages(tmp: Path) -> list[list[object]]:
+    """Where an ingested line's time goes: each stage of ``ingest`` alone, in this thread, over
+    the lines ``ledger_rate`` ingests (best of 3 each): parse and validate, the dedup key, and
+    the write (summaries folded, rows and keys inserted, a transaction per writer's batch)."""
+    lines = [json.dumps(e.to_json()).encode() for e in events(INGEST_LINES, 2000)]
+    parsed: list[Event] = []
+    keys: list[str | None] = []
+
+    def parse() -> None:
+        parsed[:] = [
+            ev for i, raw in enumerate(lines) if isinstance(ev := parse_line(raw, i), Event)
+        ]
+
+    def key() -> None:
+        keys[:] = [dedup_key(ev) for ev in parsed]
+
+    def write(rep: int) -> None:
+        conn = connect(tmp / f"stages{rep}.sqlite3")
+        batch, summary = list(zip(parsed, keys, strict=True)), Summary()
+        for i in range(0, len(batch), BATCH_MAX):
+            write_batch(conn, summary, batch[i : i + BATCH_MAX])
+        conn.close()
+
+    best: dict[str, float] = {}
+    for rep in range(3):
+        for label, run in (
+            ("parse", parse),
+            ("key", key),
+            ("write", functools.partial(write, rep)),
+        ):
+            started = time.perf_counter()
+            run()
+            took = (time.perf_counter() - started) / INGEST_LINES
+            best[label] = min(best.get(label, took), took)
+    assert len(parsed) == INGEST_LINES
+    total = sum(best.values())
+    return [
+        [
+            f"`ingest` by stage, each alone: {what}",
+            f"{best[label] / total:.0%} ({fmt_s(best[label])} a line)",
+            f"of {fmt_s(total)} a line together ({1 / total:,.0f} lines/s)"
+            if label == "parse"
+            else "",
+        ]
+        for label, what in (
+            ("parse", "parse and validate"),
+            ("key", "the dedup key"),
+            ("write", "the write (summaries, rows, keys)"),
+        )
+    ]
+
+
 def _spin(stop: threading.Event) -> None:
     while not stop.is_set():
         sum(range(1000))
@@ -284,6 +339,7 @@ async def main() -> str:
     with tempfile.TemporaryDirectory() as tmp:
         rows = await instrumentation(Path(tmp))
         rows += ledger_rate(Path(tmp))
+        rows += ingest_stages(Path(tmp))
         rows += busy_inserts(Path(tmp))
         rows += view_time(Path(tmp))
     return "### Tracing\n\n" + table(["what", "measured", "note"], rows) + "\n"
