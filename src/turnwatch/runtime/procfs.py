@@ -85,7 +85,10 @@ def wall_shift() -> float:
     (an agent CLI's log): those follow the clock as it was when written, its own start times the
     clock as it was when it started.
     """
-    shift = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) - _boot_time()
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)  # Linux's; elsewhere no /proc to compare
+    if boottime is None:
+        return 0.0
+    shift = time.time() - time.clock_gettime(boottime) - _boot_time()
     return shift if abs(shift) > _BTIME_TRUNCATION_S else 0.0
 
 
