@@ -222,3 +222,29 @@ def test_what_cannot_be_read_or_imported_is_one_line_exit_2(tmp_path: Path) -> N
         tw("watch", "--once", "--langgraph-graph", GRAPH, "--ledger", ledger),
         "--langgraph-checkpoints",
     )
+
+
+def test_a_file_that_is_no_checkpointer_s_is_said_before_langgraph_is_imported(
+    tmp_path: Path,
+) -> None:
+    """A mistyped path is the usual bad input: said at once, not after the ~2 s LangGraph and
+    langchain-core take to import (the option sweep saw it run past 30 s on a busy machine)."""
+    ledger = str(tmp_path / "ledger.sqlite3")
+    other = tmp_path / "other.sqlite3"
+    sqlite3.connect(other).execute("CREATE TABLE x (a)").connection.commit()
+    for path, said in ((tmp_path / "nope.sqlite3", "no such file"), (other, "not a LangGraph")):
+        for argv in (["watch", "--once"], ["recover", "s", "--dry-run"], ["explain", "s"]):
+            look = ["--langgraph-checkpoints", str(path), "--ledger", ledger]
+            r = subprocess.run(
+                [sys.executable, "-X", "importtime", "-m", "turnwatch", *argv, *look],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert r.returncode == 2, (argv, r.stderr[-500:])
+            lines = r.stderr.splitlines()
+            errors = [ln for ln in lines if not ln.startswith("import time:")]
+            assert len(errors) == 1, (argv, errors)
+            assert said in errors[0], argv
+            imported = {ln.split("|")[-1].strip().split(".")[0] for ln in lines if "|" in ln}
+            assert not imported & {"langgraph", "langchain_core"}, argv

@@ -55,13 +55,23 @@ def threads(checkpoints: Path | None, graph: str | None, quiet: float) -> Thread
         if graph is not None:
             raise fail("--langgraph-graph needs --langgraph-checkpoints")
         return None
+    # The file first: a wrong path is said before LangGraph's imports (about two seconds).
+    from turnwatch.integrations.langgraph_checkpoint_file import (
+        CheckpointFileError,
+        open_checkpoints,
+    )
+
+    try:
+        open_checkpoints(checkpoints).close()
+    except CheckpointFileError as exc:
+        raise fail(f"--langgraph-checkpoints: {exc}") from None
     try:
         from turnwatch.integrations import langgraph_checkpoints as lc
         from turnwatch.watchdog.threads import Threads
 
         try:
             lc.CheckpointFile(checkpoints).scan()
-        except lc.CheckpointFileError as exc:
+        except CheckpointFileError as exc:
             raise fail(f"--langgraph-checkpoints: {exc}") from None
     except ImportError as exc:
         raise fail(
@@ -98,7 +108,7 @@ def found(threads: Threads | None, conn: Any, ident: str) -> list[Finding]:
     """The dangling-thread findings of ``ident`` (a thread id; ``conn``: the ledger, or None)."""
     if threads is None:
         return []
-    from turnwatch.integrations.langgraph_checkpoints import CheckpointFileError
+    from turnwatch.integrations.langgraph_checkpoint_file import CheckpointFileError
     from turnwatch.runtime.procfs import ProcessTable
 
     try:

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
 from langgraph.prebuilt import ToolNode
 
+from turnwatch.integrations.langgraph_checkpoint_file import CheckpointFileError, open_checkpoints
 from turnwatch.integrations.wrappers import stopped_words
-from turnwatch.runtime.model import Outcome, TurnwatchError
+from turnwatch.runtime.model import Outcome
 
 if TYPE_CHECKING:  # langgraph-checkpoint-sqlite: imported where a file is read, so that a run's
     # own repair (``answer``, StoppableGraph) needs only langgraph
@@ -120,10 +121,6 @@ async def answer(
     return [str(c["id"]) for c in missing]
 
 
-class CheckpointFileError(TurnwatchError, ValueError):
-    """The file is not a LangGraph SQLite checkpointer's that can be read."""
-
-
 @dataclass(frozen=True)
 class Dangling:
     """A thread whose latest checkpoint leaves tool calls of the model's last message
@@ -154,7 +151,7 @@ class CheckpointFile:
         """Every thread the file leaves with unanswered calls, as it stands now."""
         from langgraph.checkpoint.sqlite import SqliteSaver
 
-        conn = self._connect()
+        conn = open_checkpoints(self.path)
         try:
             saver = SqliteSaver(conn)
             saver.is_setup = True  # its setup writes (WAL, CREATE TABLE): this reader never does
@@ -188,21 +185,6 @@ class CheckpointFile:
         finally:
             conn.close()
         return sorted(self._left.values(), key=lambda d: d.ts)
-
-    def _connect(self) -> sqlite3.Connection:
-        if not self.path.is_file():
-            raise CheckpointFileError(f"{self.path}: no such file")
-        try:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-            have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.Error as exc:
-            raise CheckpointFileError(f"{self.path}: not an SQLite file ({exc})") from None
-        if not {"checkpoints", "writes"} <= have:
-            conn.close()
-            raise CheckpointFileError(
-                f"{self.path}: not a LangGraph SQLite checkpointer's file (no checkpoints table)"
-            )
-        return conn
 
     @staticmethod
     def _mark(conn: sqlite3.Connection, thread: str) -> tuple[Any, ...]:
