@@ -146,3 +146,21 @@ def test_server_options_that_would_be_ignored_or_never_match(
     on: an origin no browser ever sends (``nan``: no page could post), and --token-file where
     no POST /v1/events is served (the token guarded nothing)."""
     one_line_exit_2(turnwatch(*argv, "--ledger", str(ledger)), argv[-1], says)
+
+
+def test_a_demo_option_its_mode_does_not_read_is_refused_not_ignored(tmp_path: Path) -> None:
+    """``--web-addr`` without ``--web`` ran the whole demo and served nothing there; with
+    ``--web``, ``--serve-metrics`` was dropped (the page serves the metrics on its own address)."""
+    ledger = str(tmp_path / "demo.sqlite3")
+    one_line_exit_2(
+        turnwatch("demo", "--web-addr", "127.0.0.1:0", "--ledger", ledger, timeout=20),
+        "--web-addr needs --web",
+    )
+    one_line_exit_2(
+        turnwatch(
+            "demo", "--web", "--serve-metrics", "127.0.0.1:0", "--ledger", ledger, timeout=20
+        ),
+        "--serve-metrics",
+        "--web-addr",
+    )
+    assert not Path(ledger).exists()  # refused before anything ran

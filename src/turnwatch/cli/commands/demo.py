@@ -19,6 +19,9 @@ from turnwatch.cli.common import (
     seconds,
 )
 
+#: Where ``demo --web`` serves its page unless told.
+WEB_ADDR = "127.0.0.1:8321"
+
 
 def demo(
     grace: Annotated[float, typer.Option(help="Grace window for process tools, seconds.")] = 2.0,
@@ -41,21 +44,34 @@ def demo(
         ),
     ] = False,
     web_addr: Annotated[
-        str, typer.Option(metavar="HOST:PORT", help="With --web: where to serve the page.")
-    ] = "127.0.0.1:8321",
+        str | None,
+        typer.Option(
+            metavar="HOST:PORT",
+            help=f"With --web: where to serve the page [default: {WEB_ADDR}].",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Reproduce the field reports with real tools, stop them, and show what each stop did.
 
     Uses a temporary ledger unless --ledger is given.
     """
+    # What is wrong with the command line is said before the demo's imports (a second).
+    seconds("--grace", grace)
+    if web_addr is not None and not web:
+        raise fail("--web-addr needs --web")
+    if web and serve_metrics is not None:
+        raise fail(
+            "--serve-metrics is for the demo without --web: the page serves the metrics "
+            "on --web-addr"
+        )
     from turnwatch.cli import tables
     from turnwatch.cli.demo import run as demo_run
 
-    seconds("--grace", grace)
     if web:
         with exporter_config(), ledger_errors():
             try:
-                demo_run.run_web(grace_s=grace, ledger=ledger, addr=web_addr, err=err)
+                demo_run.run_web(grace_s=grace, ledger=ledger, addr=web_addr or WEB_ADDR, err=err)
             except ValueError as exc:
                 raise fail(f"--web-addr: {exc}") from None
         return
