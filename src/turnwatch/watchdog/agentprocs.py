@@ -280,7 +280,8 @@ class Attributor:
                 continue
             del self._pending[key]
             assert w.turn is not None
-            bg = _background_call(conn, w.session, w.turn, key[1] + self._shift)
+            started = key[1] + self._shift  # on the log's clock (and the reader's "ago")
+            bg = _background_call(conn, w.session, w.turn, started)
             if bg is not None:
                 self.background[key] = Finding(
                     FindingKind.BACKGROUND_PROCESS,
@@ -289,7 +290,7 @@ class Attributor:
                     call=bg,
                     pid=key[0],
                     create_time=key[1],
-                    since=key[1],
+                    since=started,
                     detail=f"pid {key[0]} runs in the background by design ({bg}); never signalled",
                     action=Action.REPORT,
                 )
