@@ -150,7 +150,8 @@ def test_server_options_that_would_be_ignored_or_never_match(
 
 def test_a_demo_option_its_mode_does_not_read_is_refused_not_ignored(tmp_path: Path) -> None:
     """``--web-addr`` without ``--web`` ran the whole demo and served nothing there; with
-    ``--web``, ``--serve-metrics`` was dropped (the page serves the metrics on its own address)."""
+    ``--web``, ``--serve-metrics`` was dropped (the page serves the metrics on its own address),
+    and so was ``--json``."""
     ledger = str(tmp_path / "demo.sqlite3")
     one_line_exit_2(
         turnwatch("demo", "--web-addr", "127.0.0.1:0", "--ledger", ledger, timeout=20),
@@ -162,5 +163,8 @@ def test_a_demo_option_its_mode_does_not_read_is_refused_not_ignored(tmp_path: P
         ),
         "--serve-metrics",
         "--web-addr",
+    )
+    one_line_exit_2(
+        turnwatch("demo", "--web", "--json", "--ledger", ledger, timeout=20), "--json", "--web"
     )
     assert not Path(ledger).exists()  # refused before anything ran

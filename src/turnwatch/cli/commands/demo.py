@@ -60,6 +60,8 @@ def demo(
     seconds("--grace", grace)
     if web_addr is not None and not web:
         raise fail("--web-addr needs --web")
+    if web and as_json:
+        raise fail("--json is for the demo without --web: with it, the page shows the sessions")
     if web and serve_metrics is not None:
         raise fail(
             "--serve-metrics is for the demo without --web: the page serves the metrics "
