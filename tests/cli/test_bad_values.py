@@ -168,3 +168,15 @@ def test_a_demo_option_its_mode_does_not_read_is_refused_not_ignored(tmp_path: P
         turnwatch("demo", "--web", "--json", "--ledger", ledger, timeout=20), "--json", "--web"
     )
     assert not Path(ledger).exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize(
+    "option", [["--keep-args"], ["--codex-dir", "d"], ["--claude-dir", "d"], ["--gemini-dir", "d"]]
+)
+def test_watch_refuses_an_agent_option_without_agents(ledger: Path, option: list[str]) -> None:
+    """Each is read only while following the agent CLIs' files: without ``--agents`` it was
+    dropped, and a watchdog meant to follow them followed nothing, saying nothing."""
+    one_line_exit_2(
+        turnwatch("watch", "--once", *option, "--ledger", str(ledger)),
+        f"{option[0]} needs --agents",
+    )

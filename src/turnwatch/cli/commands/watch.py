@@ -111,6 +111,15 @@ def watch(
     With --once it scans once and only reports, unless --recover is given: looking never kills.
     Exit 1 after --once when findings remain.
     """
+    if not agents:  # read only while following the agent CLIs' files: never dropped unsaid
+        for given, option in (
+            (keep_args, "--keep-args"),
+            (codex_dir, "--codex-dir"),
+            (claude_dir, "--claude-dir"),
+            (gemini_dir, "--gemini-dir"),
+        ):
+            if given:
+                raise fail(f"{option} needs --agents")
     from turnwatch.cli import langgraph_threads, watchdog_program
 
     seconds("--interval", interval)
