@@ -164,6 +164,11 @@ def events(n: int, sessions: int) -> list[Event]:
     return out
 
 
+def ingest_lines(evs: list[Event]) -> list[bytes]:
+    """The JSON lines ``ingest`` is timed on: the first :data:`INGEST_LINES` of ``evs``."""
+    return [json.dumps(e.to_json()).encode() for e in evs[:INGEST_LINES]]
+
+
 def ledger_rate(tmp: Path) -> list[list[object]]:
     """The writer's rate beside its floor, measured in the same run (#31): the same rows
     inserted by one raw ``executemany`` per batch of the writer's size, in one transaction each,
@@ -193,7 +198,7 @@ def ledger_rate(tmp: Path) -> list[list[object]]:
             conn.execute("COMMIT")
         raw.append(LEDGER_EVENTS / (time.perf_counter() - started))
         conn.close()
-    lines = "\n".join(json.dumps(e.to_json()) for e in evs[:INGEST_LINES]).encode()
+    lines = b"\n".join(ingest_lines(evs))
     ingested, parsed = [], []
     for rep in range(3):
         ledger = Ledger(tmp / f"ingest{rep}.sqlite3")
@@ -227,7 +232,7 @@ def ingest_stages(tmp: Path) -> list[list[object]]:
     """Where an ingested line's time goes: each stage of ``ingest`` alone, in this thread, over
     the lines ``ledger_rate`` ingests (best of 3 each): parse and validate, the dedup key, and
     the write (summaries folded, rows and keys inserted, a transaction per writer's batch)."""
-    lines = [json.dumps(e.to_json()).encode() for e in events(INGEST_LINES, 2000)]
+    lines = ingest_lines(events(LEDGER_EVENTS, 2000))
     parsed: list[Event] = []
     keys: list[str | None] = []
 
