@@ -80,8 +80,13 @@ SCAN = SharedScan()
 def tree(root: int, marker: str) -> Members:
     """:func:`members` from the kernel's children lists: O(tree), cheap enough for the loop.
 
-    Only while ``root`` is unreaped: its process group id is then still the call's.
+    Only while ``root`` is unreaped: its process group id is then still the call's. A kernel
+    without the lists (no ``CONFIG_PROC_CHILDREN``; gVisor's ``/proc``) gets one scan of
+    ``/proc`` instead: read there, the missing lists found the root and none of its descendants,
+    and a stop ended what a finished call left re-parented here but not that one's children.
     """
+    if not children_files():
+        return members(ProcessTable.scan(), root, marker)
     found: Members = {}
 
     def walk(pid: int) -> None:
