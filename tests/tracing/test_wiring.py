@@ -16,7 +16,8 @@ from tests.conftest import GRACE, release_fifo, until
 from turnwatch import names
 from turnwatch.exporters.metrics import StopMetrics
 from turnwatch.runtime import LocalHost, MemorySink, Phase, Receipt, Runtime
-from turnwatch.runtime.fold import Fold
+from turnwatch.runtime.events import Event
+from turnwatch.runtime.fold import Fold, Step
 from turnwatch.tracing.ledger import Ledger, connect, read_events
 from turnwatch.tracing.pipeline import Telemetry
 from turnwatch.tracing.spans import SpanBuilder
@@ -71,3 +72,41 @@ def test_ledger_transform_and_observers_are_deprecated(tmp_path: Path) -> None:
     with pytest.warns(DeprecationWarning, match="Telemetry"):
         ledger = Ledger(tmp_path / "ledger.sqlite3", observers=[MemorySink()])
     ledger.close()
+
+
+class _Failing:
+    """A reader that raises on every event of one kind."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def on_step(self, st: Step) -> Event:
+        if st.ev.kind == self.kind:
+            raise RuntimeError(f"broken on {self.kind}")
+        return st.ev
+
+
+@pytest.mark.parametrize("with_ledger", [True, False])
+def test_a_reader_that_fails_loses_no_event(
+    tmp_path: Path, with_ledger: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Invariant 6: a span builder or an observer that raises is logged and counted; the
+    readers after it still read the event, and the ledger still records it."""
+    seen = MemorySink()
+    ledger = Ledger(tmp_path / "ledger.sqlite3") if with_ledger else None
+    telemetry = Telemetry(
+        ledger=ledger,
+        spans=_Failing(names.TOOL_STARTED),
+        observers=[_Failing(names.TOOL_FINISHED), seen],
+    )
+    kinds = [names.TURN_STARTED, names.TOOL_REQUESTED, names.TOOL_STARTED, names.TOOL_FINISHED]
+    for i, kind in enumerate(kinds):
+        call = "c1" if kind.startswith("tool.") else None
+        telemetry(Event(kind, "s", 1000.0 + i, turn="t1", call=call, tool="Grep" if call else None))
+    if ledger is not None:
+        ledger.close()
+        recorded = [ev.kind for _seq, ev in read_events(connect(ledger.path, readonly=True))]
+        assert recorded == kinds
+    assert [ev.kind for ev in seen] == kinds
+    assert telemetry.stages.errors == 2
+    assert sum("still recorded" in r.getMessage() for r in caplog.records) == 2
