@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -134,18 +135,14 @@ async def run_process(
     box = ctx.containers or _fallback()
     marker = f"{ctx.request.session}/{ctx.request.call_id}"
     cgroup = box.new_cgroup()
-    full_env = {**os.environ, **(env or {}), proctree.CALL_MARKER: marker}
-    proc = subprocess.Popen(  # noqa: ASYNC220 - fork+exec is brief; the wait below is async
-        cgroup.wrap(argv) if cgroup is not None else list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    proc, pidfd = _spawn(
+        argv if cgroup is None else cgroup.wrap(argv),
         cwd=cwd,
-        env=full_env,
-        start_new_session=True,  # a group of its own in both modes: one signal reaches it
+        env={**os.environ, **(env or {}), proctree.CALL_MARKER: marker},
+        cgroup=cgroup,
     )
-    proctree.SPAWNED.add(proc.pid)
-    pidfd = os.pidfd_open(proc.pid)
+    if isinstance(pidfd, OSError):
+        return await _unheld(proc, pidfd, cgroup, box)
     # Resolves with the moment the process exited (monotonic ns): one fact, one future.
     exited: asyncio.Future[int] = ctx.loop.create_future()
 
@@ -194,17 +191,7 @@ async def run_process(
             data["lingering"] = _lingering(left.members())
             box.linger(ctx.request, left, cgroup)
             lingering = True
-        if code == ENTER_FAILED and cgroup is not None and "cgroup.procs" in pipes.text:
-            # The shell's own complaint about the move (a script may exit 125 by itself).
-            return HostResult(
-                HostStatus.ERROR, pipes.text, data=data, error="could not enter the call's cgroup"
-            )
-        return HostResult(
-            HostStatus.OK if code == 0 else HostStatus.ERROR,
-            pipes.text,
-            data=data,
-            error=None if code == 0 else f"exit code {code}",
-        )
+        return _exited(code, pipes.text, data, cgroup)
     finally:
         ctx.loop.remove_reader(pidfd)
         os.close(pidfd)
@@ -216,6 +203,76 @@ async def run_process(
         if cgroup is not None and not lingering:
             cgroup.remove()
         box.after_call()
+
+
+def _exited(code: int, text: str, data: dict[str, Any], cgroup: CallCgroup | None) -> HostResult:
+    """The result of a call whose first process exited with ``code``."""
+    if code == ENTER_FAILED and cgroup is not None and "cgroup.procs" in text:
+        # The shell's own complaint about the move (a script may exit 125 by itself).
+        return HostResult(
+            HostStatus.ERROR, text, data=data, error="could not enter the call's cgroup"
+        )
+    return HostResult(
+        HostStatus.OK if code == 0 else HostStatus.ERROR,
+        text,
+        data=data,
+        error=None if code == 0 else f"exit code {code}",
+    )
+
+
+def _spawn(
+    argv: Sequence[str], *, cwd: str | None, env: Mapping[str, str], cgroup: CallCgroup | None
+) -> tuple[subprocess.Popen[bytes], int | OSError]:
+    """The call's first process, and the pidfd that holds it (or why none could be had).
+
+    A spawn that fails (a cwd that does not exist, a program that is not there) ran nothing:
+    the cgroup made for it goes, or it would stay, empty, for the life of the host.
+    """
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,  # a group of its own in both modes: one signal reaches it
+        )
+    except BaseException:
+        if cgroup is not None:
+            cgroup.remove()
+        raise
+    proctree.SPAWNED.add(proc.pid)
+    try:
+        return proc, os.pidfd_open(proc.pid)
+    except OSError as exc:
+        return proc, exc
+
+
+async def _unheld(
+    proc: subprocess.Popen[bytes], exc: OSError, cgroup: CallCgroup | None, box: Containers
+) -> HostResult:
+    """A process that cannot be held (no ``pidfd_open``: a kernel before 5.3, a seccomp filter
+    that refuses it, no file descriptor left) is killed at once: no stop could reach it, and no
+    result would say it runs. Its group is still ours (we have not reaped it), and with a
+    cgroup all of it is inside."""
+    proctree.signal_group(proc.pid, signal.SIGKILL)
+    if cgroup is not None:
+        cgroup.kill()
+        await cgroup.wait_empty(terminate.KILL_WAIT_S)
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    proctree.SPAWNED.discard(proc.pid)
+    if cgroup is not None:
+        cgroup.remove()
+    box.after_call()
+    return HostResult(
+        HostStatus.ERROR,
+        error=f"could not hold the call's process (pidfd_open: {exc.strerror}), so it was "
+        "killed: process tools need Linux 5.3 or later, with pidfd_open allowed",
+    )
 
 
 async def _stopped_before(ctx: ToolContext, fut: asyncio.Future[Any]) -> bool:
