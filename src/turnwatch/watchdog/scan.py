@@ -13,7 +13,7 @@ from typing import Any
 
 from turnwatch.runtime import cgroup
 from turnwatch.runtime.model import FindingKind, Policy, SessionStatus
-from turnwatch.runtime.procfs import ProcessTable
+from turnwatch.runtime.procfs import ProcessTable, boot_id
 from turnwatch.tracing import view
 from turnwatch.tracing.batchsql import select_in
 from turnwatch.tracing.view import CallView, SessionView
@@ -303,6 +303,11 @@ def _left_alive(c: CallView, table: ProcessTable) -> list[tuple[int, float]]:
     if not c.procs_live:
         return []
     if c.cgroup is not None:
+        if isinstance(c.boot_id, str) and c.boot_id != boot_id():
+            # Made in another boot: that cgroup went with it. The path names the runtime by its
+            # pid and the call by its number, and a runtime that has the same pid this boot (a
+            # service started at boot often does) makes the same path for a call of its own.
+            return []
         seen = [table.get(p) for p in cgroup.read_members(Path(c.cgroup))]
         return [(p.pid, p.create_time) for p in seen if p is not None and not p.zombie]
     return [(p, ct) for p, ct in c.lingering if table.alive(p, ct)]
