@@ -96,6 +96,9 @@ K_CLASS: Final = "class"
 K_POLICY: Final = "policy"
 K_CONTAINMENT: Final = "containment"
 K_CGROUP: Final = "cgroup"
+#: Beside ``cgroup``: its directory's inode number, which no later cgroup at the same path has
+#: in the same boot (the path names the runtime by its pid, and pids are reused).
+K_CGROUP_ID: Final = "cgroup_id"
 K_HOLES: Final = "holes"
 K_TEXT: Final = "text"
 K_PROGRESS: Final = "progress"
@@ -155,6 +158,7 @@ EVENT_ATTRIBUTES: Final = frozenset(
         K_POLICY,
         K_CONTAINMENT,
         K_CGROUP,
+        K_CGROUP_ID,
         K_HOLES,
         K_TEXT,
         K_PROGRESS,

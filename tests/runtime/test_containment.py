@@ -127,6 +127,8 @@ async def test_nothing_of_a_stopped_call_outlives_its_grace_window(
         procs.track(pid)
     if mode == "cgroup":
         cgroup = Path(started.attrs["cgroup"])
+        # The cgroup itself, by its inode: the watchdog tells it from one made at its path later.
+        assert started.attrs["cgroup_id"] == os.stat(cgroup).st_ino
         for member in (cgroup / "cgroup.procs").read_text().split():
             procs.track(int(member))
 

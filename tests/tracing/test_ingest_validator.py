@@ -83,6 +83,7 @@ _WIDE_ATTRS = st.dictionaries(
             "containment",
             "holes",
             "cgroup",
+            "cgroup_id",
             "lingering",
             "source",
             "other",
@@ -128,6 +129,9 @@ _FIELDS = st.dictionaries(
 @example(kind="tool.started", fields={}, drop=set(), attrs={"start_ticks": 2**63 - 1})
 @example(kind="tool.started", fields={}, drop=set(), attrs={"start_ticks": 1.0})
 @example(kind="tool.started", fields={}, drop=set(), attrs={"boot_id": ""})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"cgroup_id": -1})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"cgroup_id": 2**63})
+@example(kind="tool.started", fields={}, drop=set(), attrs={"cgroup_id": 1.0})
 @example(kind="tool.started", fields={}, drop=set(), attrs={"boot_id": "b" * 65})
 @example(kind="tool.started", fields={}, drop=set(), attrs={"boot_id": "b" * 64})
 @example(kind="tool.started", fields={}, drop=set(), attrs={"lingering": [[1, 1.5, 7]]})

@@ -166,6 +166,15 @@ async def wait_empty(path: Path, timeout: float) -> bool:
         os.close(fd)
 
 
+def cgroup_ino(path: str | Path) -> int | None:
+    """A cgroup directory's inode number (None: there is none at ``path``). No later cgroup at
+    the same path has it in the same boot: it tells the recorded cgroup from one made again."""
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
 def is_call_cgroup(path: str | Path, owner: int | None = None) -> bool:
     """Whether ``path`` (a directory, or a ``/proc/PID/cgroup`` path) names a call cgroup that
     turnwatch made: of process ``owner`` when one is given, of any turnwatch process otherwise."""
@@ -195,6 +204,8 @@ class CallCgroup:
     path: Path
     #: The same cgroup as ``/proc/PID/cgroup`` names it: membership is checked against this.
     hierarchy_path: str
+    #: Its directory's inode number (:func:`cgroup_ino`), as read when it was made.
+    ino: int | None = None
 
     @classmethod
     def at(cls, path: str | Path) -> CallCgroup | None:
@@ -324,7 +335,7 @@ class CgroupRoot:
                 return None
         except OSError:
             return None
-        return CallCgroup(path, f"{self.hierarchy_path}/{leaf}")
+        return CallCgroup(path, f"{self.hierarchy_path}/{leaf}", cgroup_ino(path))
 
     def close(self) -> None:
         """Remove the parent if no call cgroup is left in it."""

@@ -199,6 +199,7 @@ def _started(c: CallState, ev: Event, s: SessionState) -> tuple[Move, ...]:
         c.start_ticks, c.boot_id = a.get(names.K_START_TICKS), a.get(names.K_BOOT_ID)
     if a.get(names.K_CONTAINMENT) is not None:
         c.containment, c.cgroup = a.get(names.K_CONTAINMENT), a.get(names.K_CGROUP)
+        c.cgroup_id = a.get(names.K_CGROUP_ID)
     if c.cgroup is not None:
         c.procs_live = 1
     return (Move.STARTED,)

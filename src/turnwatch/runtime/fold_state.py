@@ -152,6 +152,8 @@ class CallState:
     #: The process's start as the kernel keeps it (ticks since boot, the boot's id), if given.
     start_ticks: int | None = None
     boot_id: str | None = None
+    #: The cgroup's inode number, if given: it is that cgroup, not one made again at its path.
+    cgroup_id: int | None = None
 
     @property
     def released(self) -> bool:

@@ -64,6 +64,8 @@ def started_attrs(class_name: str, message: Started, traceparent: str | None) ->
         attrs[names.K_CONTAINMENT] = message.containment
     if message.cgroup is not None:
         attrs[names.K_CGROUP] = message.cgroup
+        if message.cgroup_id is not None:
+            attrs[names.K_CGROUP_ID] = message.cgroup_id
     if message.holes:
         attrs[names.K_HOLES] = list(message.holes)
     if traceparent:  # an agent framework's run: its execute_tool joins it

@@ -100,6 +100,8 @@ class Started:
     containment: str | None = None
     #: The call's cgroup directory, in ``cgroup`` containment.
     cgroup: str | None = None
+    #: That directory's inode number: the cgroup itself, not whatever is at its path later.
+    cgroup_id: int | None = None
     #: What the containment cannot catch (``process_group`` mode names its known holes).
     holes: tuple[str, ...] = ()
 

@@ -87,7 +87,7 @@ def _digest(value: Any) -> str:
 
 #: The digest of the schema (without its per-kind rules) that :func:`_fits` was written for: a
 #: schema changed since is validated by the compiled code alone until ``_fits`` follows it.
-_FITS_SCHEMA = "f39209c774260eafd567639ae04b1a8d"
+_FITS_SCHEMA = "a4684e4b7f2c2f271e056001281ae6c1"
 _IDS = ("session", "turn", "call", "tool")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
@@ -153,9 +153,10 @@ def _attrs_fit(a: Any, shape: _Shape) -> bool:
     ct = a.get(names.K_CREATE_TIME, 0)
     if (type(ct) is not float and type(ct) is not int) or ct < 0:
         return False
-    ticks = a.get(names.K_START_TICKS, 0)
-    if type(ticks) is not int or not 0 <= ticks <= INT64_MAX:
-        return False
+    for key in (names.K_START_TICKS, names.K_CGROUP_ID):
+        count = a.get(key, 0)
+        if type(count) is not int or not 0 <= count <= INT64_MAX:
+            return False
     boot = a.get(names.K_BOOT_ID, "-")
     if type(boot) is not str or not 0 < len(boot) <= 64:
         return False

@@ -22,9 +22,10 @@ from turnwatch.tracing.summary import COLUMNS, Summary
 #: 2 added the calls' containment columns; 3 the fold's stop and abort instants (rpc_ts,
 #: walk_ts, stop_mono, abort_mono, done_ts); 4 the sessions' parent_session; 5 their gap_lost
 #: and gap_ts (``ledger.gap``); 6 the kernel's start of each recorded process (start_ticks,
-#: boot_id; runtime_start_ticks, runtime_boot_id). A writer adds what an older ledger lacks; a
-#: reader sees what it lacks as NULL (``rows.shadow_summaries``).
-SCHEMA_VERSION = 6
+#: boot_id; runtime_start_ticks, runtime_boot_id); 7 each call cgroup's inode number (cgroup_id).
+#: A writer adds what an older ledger lacks; a reader sees what it lacks as NULL
+#: (``rows.shadow_summaries``).
+SCHEMA_VERSION = 7
 APPLICATION = "turnwatch"
 BUSY_TIMEOUT_S = 5.0
 

@@ -64,6 +64,9 @@ class CallView:
     #: The process's start as recorded by the kernel's clock (ticks since boot, the boot's id).
     start_ticks: int | None = None
     boot_id: str | None = None
+    #: The cgroup's inode number, as recorded: the cgroup at ``cgroup`` now is the call's only
+    #: while it has this one.
+    cgroup_id: int | None = None
 
     @property
     def open(self) -> bool:

@@ -68,6 +68,7 @@ class Finding:
     action: Action = Action.REPORT
     policy: str | None = None  # the call's policy: only ``grace`` calls are ever signalled
     cgroup: str | None = None  # the call's cgroup: its membership is the proof, cgroup.kill the end
+    cgroup_id: int | None = None  # its inode number as recorded: still that cgroup, not a new one
     lingering: tuple[tuple[int, float], ...] = ()  # processes the call left running (pid, start)
 
     @classmethod
@@ -95,6 +96,7 @@ class Finding:
             action=action,
             policy=c.policy,
             cgroup=c.cgroup,
+            cgroup_id=c.cgroup_id,
             lingering=tuple(c.lingering),
         )
 

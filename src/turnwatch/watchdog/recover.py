@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from turnwatch import names
 from turnwatch.runtime import terminate
-from turnwatch.runtime.cgroup import CallCgroup
+from turnwatch.runtime.cgroup import CallCgroup, cgroup_ino
 from turnwatch.runtime.events import EventSink, wall_event
 from turnwatch.runtime.model import (
     FindingKind,
@@ -345,6 +345,9 @@ class Recoverer:
         cg = CallCgroup.at(path)
         if cg is None:
             return self._refuse(f, how, f"{path} is not a cgroup turnwatch made for a call")
+        ino = cgroup_ino(path)  # judged again here: the scan was earlier
+        if f.cgroup_id is not None and ino is not None and ino != f.cgroup_id:
+            return self._refuse(f, how, f"{path} is another cgroup than the call's, made since")
         if any(cg.holds(pid) for pid in self.guard.protected):
             return self._refuse(f, how, f"{path} holds the watchdog or one of its ancestors")
         found = cg.members()

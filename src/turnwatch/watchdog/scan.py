@@ -303,14 +303,21 @@ def _left_alive(c: CallView, table: ProcessTable) -> list[tuple[int, float]]:
     if not c.procs_live:
         return []
     if c.cgroup is not None:
-        if isinstance(c.boot_id, str) and c.boot_id != boot_id():
-            # Made in another boot: that cgroup went with it. The path names the runtime by its
-            # pid and the call by its number, and a runtime that has the same pid this boot (a
-            # service started at boot often does) makes the same path for a call of its own.
+        if not _same_cgroup(c):
             return []
         seen = [table.get(p) for p in cgroup.read_members(Path(c.cgroup))]
         return [(p.pid, p.create_time) for p in seen if p is not None and not p.zombie]
     return [(p, ct) for p, ct in c.lingering if table.alive(p, ct)]
+
+
+def _same_cgroup(c: CallView) -> bool:
+    """Whether the cgroup at the call's recorded path is still the call's (as far as the record
+    can tell). The path names the runtime by its pid and the call by its number: a runtime with
+    the same pid later (the next boot's, as a service started at boot often is; or this boot's,
+    pids wrapped) makes the same path for a call of its own."""
+    if isinstance(c.boot_id, str) and c.boot_id != boot_id():
+        return False  # made in another boot: that cgroup went with it
+    return not isinstance(c.cgroup_id, int) or cgroup.cgroup_ino(c.cgroup or "") == c.cgroup_id
 
 
 def alive_of(c: CallView, table: ProcessTable) -> list[tuple[int, float]]:

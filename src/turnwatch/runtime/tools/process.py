@@ -167,6 +167,7 @@ async def run_process(
                 boot_id=procfs.boot_id(),
                 containment=box.kind(cgroup).value,
                 cgroup=str(cgroup.path) if cgroup is not None else None,
+                cgroup_id=cgroup.ino if cgroup is not None else None,
                 holes=box.holes(cgroup),
             )
         )
