@@ -18,6 +18,7 @@ it like on any socket: no sleeping, no polling.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import select
@@ -42,6 +43,8 @@ PREFIX = "turnwatch-"
 _CALL = "call-"
 #: Call cgroups are numbered per process: every host of this process shares the parent.
 _SEQ = itertools.count(1)
+#: Numbers tried past those a runtime with this pid before left populated.
+_TAKEN_MAX = 100
 
 
 def own_cgroup(
@@ -321,21 +324,32 @@ class CgroupRoot:
             probe.remove()  # the probe was waited for: its cgroup is empty
 
     def new(self, name: str | None = None) -> CallCgroup | None:
-        """A fresh empty cgroup for one call; None if it cannot be made."""
-        leaf = name or f"{_CALL}{next(_SEQ)}"
-        path = self.path / leaf
+        """A fresh empty cgroup for one call; None if it cannot be made (:meth:`make` says why)."""
         try:
-            path.mkdir()
-        except FileNotFoundError:
-            # Another host of this process removed the shared parent when it closed.
-            try:
-                self.path.mkdir(exist_ok=True)
-                path.mkdir()
-            except OSError:
-                return None
+            return self.make(name)
         except OSError:
             return None
-        return CallCgroup(path, f"{self.hierarchy_path}/{leaf}", cgroup_ino(path))
+
+    def make(self, name: str | None = None) -> CallCgroup:
+        """A fresh empty cgroup for one call, or the ``OSError`` that refused it (a limit such
+        as ``cgroup.max.descendants``, a hierarchy no longer writable)."""
+        for _ in range(_TAKEN_MAX):
+            leaf = name or f"{_CALL}{next(_SEQ)}"
+            path = self.path / leaf
+            try:
+                path.mkdir()
+            except FileNotFoundError:
+                # Another host of this process removed the shared parent when it closed.
+                self.path.mkdir(exist_ok=True)
+                path.mkdir()
+            except FileExistsError:
+                if name is not None:
+                    raise
+                # A runtime that had this pid before (pids are reused) left it, still
+                # populated: the next number, never that cgroup.
+                continue
+            return CallCgroup(path, f"{self.hierarchy_path}/{leaf}", cgroup_ino(path))
+        raise FileExistsError(errno.EEXIST, f"{_TAKEN_MAX} call cgroups in a row taken", self.path)
 
     def close(self) -> None:
         """Remove the parent if no call cgroup is left in it."""

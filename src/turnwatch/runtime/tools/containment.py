@@ -173,6 +173,8 @@ class Containers:
     _adoptable: dict[int, float] = field(default_factory=dict)
     #: pidfds of adoptable members still alive: their exit triggers a sweep (an event, no timer).
     _watched: dict[int, int] = field(default_factory=dict)
+    #: ``cgroup`` was insisted on: a call that cannot have its own fails, never runs without.
+    insist: bool = False
 
     @classmethod
     def create(cls, mode: str = "auto", *, subreaper: bool = True) -> Containers:
@@ -186,7 +188,9 @@ class Containers:
                 "(systemd: Delegate=yes, or systemd-run --user --scope -p Delegate=yes) "
                 "or use containment='process_group'"
             )
-        return cls(root, proctree.become_subreaper() if subreaper else False)
+        return cls(
+            root, proctree.become_subreaper() if subreaper else False, insist=mode == "cgroup"
+        )
 
     @property
     def mode(self) -> Containment:
@@ -206,7 +210,20 @@ class Containers:
         return (HOLE_SETSID_AND_SCRUBBED, HOLE_NO_SUBREAPER, HOLE_LATE_FORK)
 
     def new_cgroup(self) -> CallCgroup | None:
-        return self.root.new() if self.root is not None else None
+        """The call's own cgroup; in ``auto`` mode None where one cannot be made (the call is
+        kept in its process group, and ``tool.started`` says so). Insisted on (``cgroup``), a
+        :class:`ContainmentError`: the call fails before anything starts."""
+        if self.root is None:
+            return None
+        try:
+            return self.root.make()
+        except OSError as exc:
+            if self.insist:
+                raise ContainmentError(
+                    f"could not make the call's cgroup in {self.root.path}: "
+                    f"{exc.strerror or exc}; nothing was started"
+                ) from None
+            return None
 
     async def target(self, root: int, marker: str, cgroup: CallCgroup | None) -> AnyTarget:
         """Everything of the call whose first process is ``root`` (alive or an unreaped zombie)."""
