@@ -34,6 +34,7 @@ NEW_SINCE_1 = {
         "done_ts",
         "start_ticks",
         "boot_id",
+        "cgroup_id",
     ),
     "sessions": ("rpc_ts", "walk_ts", "stop_mono", "runtime_start_ticks", "runtime_boot_id"),
 }
@@ -80,6 +81,7 @@ def test_a_schema_1_ledger_is_read_as_it_is_and_upgraded_by_a_writer(tmp_path: P
     assert row.calls[0].containment is None
     assert row.calls[0].lingering == []
     assert row.calls[0].start_ticks is None
+    assert row.calls[0].cgroup_id is None
     assert row.runtime_create_time is None
     # The watchdog's own queries name columns an older ledger lacks: they read as NULL.
     assert scan(old).findings == []
