@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
@@ -26,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 
 from turnwatch.runtime.protocol import HostResult, HostStatus, Progress, Started
 from turnwatch.runtime.tools.context import ToolContext
+from turnwatch.runtime.tools.mcp_stderr import StderrTail
 
 #: Prefix of an MCP tool's name in the runtime: ``mcp__{server}__{tool}``.
 PREFIX = "mcp__"
@@ -40,8 +40,11 @@ class McpServerConfig:
     command: str
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
-    #: Where the server's stderr goes (its own diagnostics); None discards it.
+    #: Where the server's stderr goes (its own diagnostics); None keeps it only until the server
+    #: has started (a server that fails to start has its last words said in the error).
     stderr_log: str | None = None
+    #: How long the server may take to answer ``initialize`` and ``tools/list``.
+    start_timeout_s: float = 30.0
 
 
 class McpServer:
@@ -55,26 +58,48 @@ class McpServer:
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        #: The server's stderr: a file it was given, or the tail kept of it.
+        self._stderr: tuple[TextIO, StderrTail | None] | None = None
 
     async def start(self) -> McpServer:
-        self._task = asyncio.ensure_future(self._run())
-        await self._ready.wait()
+        """Start the server and list its tools; or a ``RuntimeError`` that says why it could
+        not (what the server said on stderr included), its process ended."""
+        cfg = self.config
+        # A real file: the child needs a descriptor (a captured sys.stderr may have none).
+        tail: StderrTail | None = None
+        if cfg.stderr_log:
+            # One open per server start (ASYNC230), closed by close() or below (SIM115).
+            errlog: TextIO = open(cfg.stderr_log, "a")  # noqa: SIM115, ASYNC230
+        else:
+            tail = StderrTail(asyncio.get_running_loop())
+            errlog = tail.file
+        self._stderr = (errlog, tail)
+        self._task = asyncio.ensure_future(self._run(errlog))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready.wait()), cfg.start_timeout_s)
+        except TimeoutError:
+            self._error = TimeoutError(f"no answer to initialize within {cfg.start_timeout_s:g} s")
+            self._task.cancel()  # the SDK's contexts end the server's process
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
         if self._error is not None:
+            said = tail.text() if tail is not None else ""
+            self._close_stderr()
+            where = f"; its stderr ends: {said}" if said else ""
+            if cfg.stderr_log:
+                where = f"; its stderr is in {cfg.stderr_log}"
             raise RuntimeError(
-                f"MCP server {self.config.name!r} ({self.config.command}) "
-                f"failed to start: {self._error}"
+                f"MCP server {cfg.name!r} ({cfg.command}) failed to start: "
+                f"{_why(self._error)}{where}"
             ) from self._error
         return self
 
-    async def _run(self) -> None:
+    async def _run(self, errlog: TextIO) -> None:
         params = StdioServerParameters(
             command=self.config.command,
             args=list(self.config.args),
             env=dict(self.config.env) or None,
         )
-        # A real file: the child needs a descriptor (a captured sys.stderr may have none).
-        # Lint: closed in the finally below (SIM115); one open() per server start (ASYNC230).
-        errlog = open(self.config.stderr_log or os.devnull, "a")  # noqa: SIM115, ASYNC230
         try:
             async with (
                 stdio_client(params, errlog) as (read, write),
@@ -86,16 +111,26 @@ class McpServer:
                 self._ready.set()
                 await self._closing.wait()
         except Exception as exc:  # reported by start(), or to calls still waiting
-            self._error = exc
+            self._error = self._error or exc
         finally:
             self.session = None
             self._ready.set()
+
+    def _close_stderr(self) -> None:
+        if self._stderr is None:
+            return
+        errlog, tail = self._stderr
+        self._stderr = None
+        if tail is not None:
+            tail.close()
+        else:
             errlog.close()
 
     async def close(self) -> None:
         self._closing.set()
         if self._task is not None:
             await self._task
+            self._close_stderr()
 
     def names(self) -> dict[str, str]:
         """Runtime tool name → the server's tool name."""
@@ -114,6 +149,16 @@ class McpServer:
                 return HostResult(HostStatus.CANCELLED_BY_SERVER, error=exc.message)
             return HostResult(HostStatus.ERROR, error=f"MCP error {exc.code}: {exc.message}")
         return _outcome(raw)
+
+
+def _why(exc: BaseException) -> str:
+    """What went wrong, said by the exceptions themselves: an exception group (the SDK's task
+    groups) by each of its leaves, not as "unhandled errors in a TaskGroup"."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(dict.fromkeys(_why(e) for e in exc.exceptions))
+    if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+        return "it closed its end before answering (exited?)"
+    return str(exc) or type(exc).__name__
 
 
 def answers_the_cancel(exc: MCPError, ctx: ToolContext | None) -> bool:
