@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import os
 import signal
@@ -260,7 +261,8 @@ async def _unheld(
     proctree.signal_group(proc.pid, signal.SIGKILL)
     if cgroup is not None:
         cgroup.kill()
-        await cgroup.wait_empty(terminate.KILL_WAIT_S)
+        with contextlib.suppress(OSError):  # out of descriptors too: removed below if it can be
+            await cgroup.wait_empty(terminate.KILL_WAIT_S)
     proc.wait()
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
@@ -269,10 +271,16 @@ async def _unheld(
     if cgroup is not None:
         cgroup.remove()
     box.after_call()
+    # Refused outright (no such call, or a seccomp filter): what the machine lacks, said.
+    needs = (
+        ": process tools need Linux 5.3 or later, with pidfd_open allowed"
+        if exc.errno in (errno.ENOSYS, errno.EPERM)
+        else ""
+    )
     return HostResult(
         HostStatus.ERROR,
         error=f"could not hold the call's process (pidfd_open: {exc.strerror}), so it was "
-        "killed: process tools need Linux 5.3 or later, with pidfd_open allowed",
+        f"killed{needs}",
     )
 
 
