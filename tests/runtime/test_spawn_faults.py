@@ -48,7 +48,8 @@ REFUSALS = {
     # A kernel before 5.3 (a seccomp filter says EPERM): what the machine lacks.
     "no_pidfd_open": (
         errno.ENOSYS,
-        "Function not implemented), so it was killed: process tools need Linux 5.3 or later",
+        "Function not implemented), so it was killed: process tools need Linux 5.3 or later, "
+        "with pidfd_open allowed",
     ),
     # The process out of descriptors: that, and no word of kernels.
     "out_of_fds": (errno.EMFILE, "Too many open files), so it was killed"),
