@@ -199,12 +199,27 @@ async def run_process(
         os.close(pidfd)
         pipes.close()
         if proc.returncode is None:
-            proc.kill()  # only reached if we were cancelled ourselves; the group is still ours
+            # Only reached if we were cancelled ourselves: the event loop ending with the call in
+            # flight (an application shutting down). Nothing of the call may outlive it.
+            _kill_all(proc, marker, cgroup)
             proc.wait()
         proctree.SPAWNED.discard(proc.pid)
         if cgroup is not None and not lingering:
             cgroup.remove()
         box.after_call()
+
+
+def _kill_all(proc: subprocess.Popen[bytes], marker: str, cgroup: CallCgroup | None) -> None:
+    """SIGKILL everything of a call at once, no grace window: whoever cancelled the call is not
+    waiting for one (a runtime that is to stop its calls gracefully stops its sessions first).
+    The first process is not reaped yet, so its group id is still the call's."""
+    if cgroup is not None:
+        cgroup.kill()
+    else:
+        held = terminate.Pidfds(proctree.tree(proc.pid, marker))  # escapees with the marker too
+        held.kill()
+        held.close()
+    proctree.signal_group(proc.pid, signal.SIGKILL)
 
 
 def _exited(code: int, text: str, data: dict[str, Any], cgroup: CallCgroup | None) -> HostResult:
