@@ -18,7 +18,7 @@ from tests.conftest import until
 from turnwatch import names
 from turnwatch.runtime import CallHandle, LocalHost, MemorySink, Outcome, Runtime
 from turnwatch.runtime.tools.mcp import McpServerConfig
-from turnwatch.runtime.tools.plugins import PluginCancelled
+from turnwatch.runtime.tools.plugins import PluginCancelled, PluginError
 from turnwatch.testing import check_invariants
 from turnwatch.tracing.ledger import Ledger, connect
 from turnwatch.watchdog.loop import Watchdog
@@ -267,3 +267,23 @@ async def test_server_filesystem_write_in_flight_is_awaited_and_whole(
     # The settlement came after the call ended, and the file is whole, never a part.
     assert sink.kinds().index(names.TOOL_FINISHED) < sink.kinds().index(names.TURN_SETTLED)
     assert target.read_text() == content
+
+
+def test_a_plugin_that_cannot_be_loaded_is_named_with_its_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own ``ModuleNotFoundError`` named neither the plugin nor that it was one."""
+    (tmp_path / "tw_broken_plugin.py").write_text("import tw_no_such_dependency\n")
+    dist = tmp_path / "tw_broken_plugin-2.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tw-broken-plugin\nVersion: 2.0\n")
+    (dist / "entry_points.txt").write_text("[turnwatch.plugins]\nfetch = tw_broken_plugin:fetch\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    with pytest.raises(PluginError) as got:
+        LocalHost(subreaper=False).load_plugins()
+    assert str(got.value) == (
+        "plugin 'fetch' (tw_broken_plugin:fetch, from tw-broken-plugin 2.0) could not be "
+        "loaded: ModuleNotFoundError: No module named 'tw_no_such_dependency'"
+    )
+    assert isinstance(got.value, ImportError)

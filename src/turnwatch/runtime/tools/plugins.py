@@ -27,6 +27,10 @@ class PluginCancelled(TurnwatchError):
     """Raised by a plugin that honoured the cancellation before finishing."""
 
 
+class PluginError(TurnwatchError, ImportError):
+    """A plugin of the entry point group that could not be loaded; says which, from where."""
+
+
 def as_tool(plugin: Plugin) -> ToolFn:
     """Adapt a plugin to the host's tool interface."""
 
@@ -53,5 +57,18 @@ async def _forward(ctx: ToolContext, cancel: asyncio.Event) -> None:
 
 
 def discover() -> dict[str, Plugin]:
-    """Plugins installed under the entry point group, by name."""
-    return {ep.name: ep.load() for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    """Plugins installed under the entry point group, by name; a :class:`PluginError` names
+    the first that could not be loaded (none is then: a runtime missing a tool it was given
+    would say so only when the model asked for it)."""
+    found: dict[str, Plugin] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = f", from {ep.dist.name} {ep.dist.version}" if ep.dist is not None else ""
+        try:
+            loaded = ep.load()
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {ep.name!r} ({ep.value}{dist}) could not be loaded: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        found[ep.name] = loaded
+    return found
