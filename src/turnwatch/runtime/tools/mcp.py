@@ -40,8 +40,8 @@ class McpServerConfig:
     command: str
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
-    #: Where the server's stderr goes (its own diagnostics); None keeps it only until the server
-    #: has started (a server that fails to start has its last words said in the error).
+    #: Where the server's stderr goes (its own diagnostics); None keeps its last 1,000 bytes
+    #: only (a server that fails to start has them said in the error), the rest dropped.
     stderr_log: str | None = None
     #: How long the server may take to answer ``initialize`` and ``tools/list``.
     start_timeout_s: float = 30.0
