@@ -22,10 +22,12 @@ from turnwatch.tracing.summary import COLUMNS, Summary
 #: 2 added the calls' containment columns; 3 the fold's stop and abort instants (rpc_ts,
 #: walk_ts, stop_mono, abort_mono, done_ts); 4 the sessions' parent_session; 5 their gap_lost
 #: and gap_ts (``ledger.gap``); 6 the kernel's start of each recorded process (start_ticks,
-#: boot_id; runtime_start_ticks, runtime_boot_id); 7 each call cgroup's inode number (cgroup_id).
-#: A writer adds what an older ledger lacks; a reader sees what it lacks as NULL
-#: (``rows.shadow_summaries``).
-SCHEMA_VERSION = 7
+#: boot_id; runtime_start_ticks, runtime_boot_id). A writer adds what an older ledger lacks; a
+#: reader sees what it lacks as NULL (``rows.shadow_summaries``). A column an older turnwatch
+#: neither needs nor misreads comes without a new version (calls.cgroup_id: NULL where not
+#: recorded): an older one refuses a newer version, and a fleet upgraded piecemeal (the runtime
+#: first, the watchdog's unit still running the code it started with) would stop recovering.
+SCHEMA_VERSION = 6
 APPLICATION = "turnwatch"
 BUSY_TIMEOUT_S = 5.0
 
