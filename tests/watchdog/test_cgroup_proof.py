@@ -31,22 +31,18 @@ from turnwatch.watchdog.loop import Watchdog
 OTHER_BOOT = "00000000-0000-4000-8000-000000000000"
 
 
-def dead_pid() -> int:
-    """A pid no process has now (a short-lived child's, waited for)."""
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
-
-
 @pytest.fixture
 def reused_path(procs: Procs) -> Iterator[tuple[CallCgroup, psutil.Process, int]]:
-    """``turnwatch-<pid>/call-1`` of a runtime pid that is not alive, made, removed and made
-    again with a process in it (what a runtime with that pid made for a call of its own);
-    and the inode number the first one had."""
+    """``turnwatch-<pid>/call-1`` made, removed and made again with a process in it (what a
+    runtime with that pid made for a call of its own); and the inode number the first one had.
+
+    The pid is a live process's (not the recorded runtime: its start differs): a runtime starting
+    meanwhile in another test worker removes the empty parents of dead pids (``sweep_dead``)."""
     require_cgroups()
     own = own_cgroup()
     assert own is not None
-    parent = own / f"{PREFIX}{dead_pid()}"
+    holder = procs.spawn(["sleep", "300"])
+    parent = own / f"{PREFIX}{holder.pid}"
     parent.mkdir()
     (parent / "call-1").mkdir()
     first = cgroup_ino(parent / "call-1")
@@ -71,8 +67,9 @@ def reused_path(procs: Procs) -> Iterator[tuple[CallCgroup, psutil.Process, int]
 
 
 def stopped_call_in(rec: Recorder, cg: CallCgroup, member: psutil.Process, **start: Any) -> None:
-    """A runtime (the pid the path names, dead) whose stopped call ran in the cgroup at ``cg``'s
-    path: what the call's ``tool.started`` said, ``start`` added."""
+    """A runtime (of the pid the path names, gone: its recorded start is no live process's)
+    whose stopped call ran in the cgroup at ``cg``'s path: what its ``tool.started`` said, and
+    ``start``."""
     runtime_pid = int(cg.path.parent.name[len(PREFIX) :])
     rec("runtime.started", ago=7200, attrs={"pid": runtime_pid, "create_time": 1.0, **start})
     t, c = "s.t1", "s.c1"
