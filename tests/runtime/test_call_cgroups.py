@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GRACE, Procs, wait_until
+from tests.conftest import GRACE, Procs, require_cgroups, wait_until
 from tests.runtime.test_containment import host_for, output_of
 from tests.runtime.test_spawn_faults import marked
 from turnwatch import names
@@ -65,12 +65,12 @@ async def test_a_call_that_cannot_have_the_cgroup_insisted_on_fails_before_it_st
 async def test_in_auto_mode_a_call_without_its_cgroup_runs_in_its_group_and_says_so(
     sink: MemorySink,
 ) -> None:
-    host = host_for("cgroup")  # a host that has cgroups, then
+    require_cgroups()
     auto = LocalHost(containment="auto")
     assert auto.containment == "cgroup"
     runtime = Runtime(auto, grace_s=GRACE, sink=sink)
     turn = runtime.start_turn("s")
-    with no_more_cgroups(root_of(host)):
+    with no_more_cgroups(root_of(auto)):
         result = await turn.request("Bash", {"command": "echo ran"}).result()
 
     assert result.outcome is Outcome.COMPLETED

@@ -86,8 +86,7 @@ class McpServer:
             said = tail.text() if tail is not None else ""
             self._close_stderr()
             where = f"; its stderr ends: {said}" if said else ""
-            if cfg.stderr_log:
-                where = f"; its stderr is in {cfg.stderr_log}"
+            where = f"; its stderr is in {cfg.stderr_log}" if cfg.stderr_log else where
             raise RuntimeError(
                 f"MCP server {cfg.name!r} ({cfg.command}) failed to start: "
                 f"{_why(self._error)}{where}"

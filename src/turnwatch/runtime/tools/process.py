@@ -143,7 +143,7 @@ async def run_process(
         cgroup=cgroup,
     )
     if isinstance(pidfd, OSError):
-        return await _unheld(proc, pidfd, cgroup, box)
+        return await _unheld(proc, pidfd, marker, cgroup, box)
     # Resolves with the moment the process exited (monotonic ns): one fact, one future.
     exited: asyncio.Future[int] = ctx.loop.create_future()
 
@@ -267,15 +267,18 @@ def _spawn(
 
 
 async def _unheld(
-    proc: subprocess.Popen[bytes], exc: OSError, cgroup: CallCgroup | None, box: Containers
+    proc: subprocess.Popen[bytes],
+    exc: OSError,
+    marker: str,
+    cgroup: CallCgroup | None,
+    box: Containers,
 ) -> HostResult:
     """A process that cannot be held (no ``pidfd_open``: a kernel before 5.3, a seccomp filter
     that refuses it, no file descriptor left) is killed at once: no stop could reach it, and no
     result would say it runs. Its group is still ours (we have not reaped it), and with a
     cgroup all of it is inside."""
-    proctree.signal_group(proc.pid, signal.SIGKILL)
+    _kill_all(proc, marker, cgroup)
     if cgroup is not None:
-        cgroup.kill()
         with contextlib.suppress(OSError):  # out of descriptors too: removed below if it can be
             await cgroup.wait_empty(terminate.KILL_WAIT_S)
     proc.wait()
